@@ -1,0 +1,58 @@
+"""Exceptions shared by the whole kit.
+
+Every message follows one shape so that a user can grep for it:
+``"<kernel>: <arg>: expected <...>, got <...>"`` for bad inputs (spec §2.10).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ContractError",
+    "KernelInputError",
+    "MissingExecutorError",
+    "UnwarmedKeyError",
+    "WarmupError",
+    "input_error",
+]
+
+
+class ContractError(TypeError):
+    """A kernel class breaks the warmup contract (raised when the class is defined)."""
+
+
+class KernelInputError(ValueError):
+    """A kernel was called with arguments it cannot take (dtype, shape, device, ...)."""
+
+
+def input_error(kernel: str, arg: str, expected: str, got: object) -> KernelInputError:
+    """Build a :class:`KernelInputError` with the project's message shape."""
+    return KernelInputError(f"{kernel}: {arg}: expected {expected}, got {got}")
+
+
+class MissingExecutorError(RuntimeError):
+    """``compile(key)`` returned without caching an executor for ``key``."""
+
+
+class UnwarmedKeyError(RuntimeError):
+    """A compile was requested after warmup while the JIT monitor is in ``error`` mode."""
+
+    def __init__(self, kernel: str, key: object, nearest: object | None, diff: dict[str, tuple]):
+        self.kernel = kernel
+        self.key = key
+        self.nearest = nearest
+        self.diff = diff
+        if nearest is None:
+            hint = "no key of this kernel was warmed"
+        else:
+            fields = ", ".join(f"{name}: warmed {w!r}, requested {r!r}" for name, (w, r) in diff.items())
+            hint = f"nearest warmed key {nearest} differs in {fields}"
+        super().__init__(f"{kernel}: compile after warmup for unwarmed key {key}; {hint}")
+
+
+class WarmupError(RuntimeError):
+    """One or more keys failed to compile during warmup; ``failures`` lists each."""
+
+    def __init__(self, failures: list[tuple[str, object, str]]):
+        self.failures = failures
+        lines = "\n".join(f"  {kernel} {key}: {err}" for kernel, key, err in failures)
+        super().__init__(f"warmup failed for {len(failures)} key(s):\n{lines}")
