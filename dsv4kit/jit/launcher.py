@@ -1,0 +1,90 @@
+"""``kernel_launcher``: ``__call__`` describes a launch; the backend performs it.
+
+Keeping the description declarative means one ``__call__`` serves every backend:
+it validates, dispatches and returns ``(key, args[, output[, finalizer]])``; the
+kernel's ``launch`` fetches the executor warmed for ``key`` and runs it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, overload
+
+__all__ = ["Immediate", "LaunchSpec", "as_launch_spec", "kernel_launcher"]
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to launch: ``executor(*args)`` for ``key``.
+
+    ``output``: what the call returns (default: whatever the executor returns).
+    ``finalizer``: applied to the result before returning it (e.g. a view or a dtype cast).
+    """
+
+    key: Any
+    args: tuple[Any, ...]
+    output: Any = None
+    finalizer: Callable[[Any], Any] | None = None
+
+
+@dataclass(frozen=True)
+class Immediate:
+    """Nothing to launch (e.g. ``T == 0``): return ``value`` without dispatch or guard."""
+
+    value: Any = None
+
+
+def as_launch_spec(spec: Any, where: str) -> LaunchSpec | Immediate:
+    """Normalize what ``__call__`` returned into a :class:`LaunchSpec` or :class:`Immediate`."""
+    if isinstance(spec, LaunchSpec | Immediate):
+        return spec
+    if isinstance(spec, tuple) and 2 <= len(spec) <= 4:
+        key, args, *rest = spec
+        if not isinstance(args, tuple | list):
+            raise TypeError(f"{where}: launch args: expected a tuple, got {type(args).__name__}")
+        return LaunchSpec(key, tuple(args), *rest)
+    raise TypeError(
+        f"{where}: __call__ must return (key, args), (key, args, output), "
+        f"(key, args, output, finalizer), LaunchSpec or Immediate; got {type(spec).__name__}"
+    )
+
+
+@overload
+def kernel_launcher(fn: Callable[..., Any]) -> Callable[..., Any]: ...
+@overload
+def kernel_launcher(
+    *, bind_launch_inputs: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
+
+
+def kernel_launcher(fn: Callable[..., Any] | None = None, *, bind_launch_inputs: bool = False) -> Any:
+    """Decorate a kernel's ``__call__`` so that its returned spec is launched by ``self.launch``.
+
+    With ``bind_launch_inputs=True`` the call's arguments, bound to ``__call__``'s signature
+    (defaults applied), are passed to ``launch(spec, inputs)``; otherwise ``inputs`` is None.
+    """
+
+    def decorate(call: Callable[..., Any]) -> Callable[..., Any]:
+        sig = inspect.signature(call)
+
+        @functools.wraps(call)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            spec = as_launch_spec(call(self, *args, **kwargs), type(self).__name__)
+            if isinstance(spec, Immediate):
+                return spec.value
+            self.check_key(spec.key)
+            inputs = None
+            if bind_launch_inputs:
+                bound = sig.bind(self, *args, **kwargs)
+                bound.apply_defaults()
+                inputs = dict(bound.arguments)
+                inputs.pop(next(iter(sig.parameters)))
+            return self.launch(spec, inputs)
+
+        wrapper.__kernel_launcher__ = True  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate(fn) if fn is not None else decorate
