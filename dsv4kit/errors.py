@@ -6,14 +6,25 @@ Every message follows one shape so that a user can grep for it:
 
 from __future__ import annotations
 
+import dataclasses
+
 __all__ = [
     "ContractError",
     "KernelInputError",
     "MissingExecutorError",
     "UnwarmedKeyError",
     "WarmupError",
+    "format_key",
     "input_error",
 ]
+
+
+def format_key(key: object) -> str:
+    """``Key(a=1, dtype=torch.float32)`` → ``(a=1, dtype=float32)``: short, one line."""
+    if not dataclasses.is_dataclass(key):
+        return repr(key)
+    parts = (f"{f.name}={str(getattr(key, f.name)).removeprefix('torch.')}" for f in dataclasses.fields(key))
+    return "(" + ", ".join(parts) + ")"
 
 
 class ContractError(TypeError):
@@ -45,8 +56,8 @@ class UnwarmedKeyError(RuntimeError):
             hint = "no key of this kernel was warmed"
         else:
             fields = ", ".join(f"{name}: warmed {w!r}, requested {r!r}" for name, (w, r) in diff.items())
-            hint = f"nearest warmed key {nearest} differs in {fields}"
-        super().__init__(f"{kernel}: compile after warmup for unwarmed key {key}; {hint}")
+            hint = f"nearest warmed key {format_key(nearest)} differs in {fields}"
+        super().__init__(f"{kernel}: compile after warmup for unwarmed key {format_key(key)}; {hint}")
 
 
 class WarmupError(RuntimeError):
@@ -54,5 +65,5 @@ class WarmupError(RuntimeError):
 
     def __init__(self, failures: list[tuple[str, object, str]]):
         self.failures = failures
-        lines = "\n".join(f"  {kernel} {key}: {err}" for kernel, key, err in failures)
+        lines = "\n".join(f"  {kernel} {format_key(key)}: {err}" for kernel, key, err in failures)
         super().__init__(f"warmup failed for {len(failures)} key(s):\n{lines}")

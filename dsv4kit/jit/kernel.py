@@ -65,7 +65,7 @@ def validate_compile_key(key_cls: Any, where: str) -> None:
     if not isinstance(key_cls, type) or not dataclasses.is_dataclass(key_cls):
         raise ContractError(f"{where}.CompileKey: expected a @dataclass(frozen=True) class, got {key_cls!r}")
     if not key_cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
-        raise ContractError(f"{where}.CompileKey: expected a frozen dataclass (frozen=True), got a mutable one")
+        raise ContractError(f"{where}.CompileKey: expected a frozen dataclass (frozen=True), got mutable")
     try:
         hints = typing.get_type_hints(key_cls)
     except Exception as exc:  # a NameError in a string annotation, typically

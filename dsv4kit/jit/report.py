@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsv4kit.errors import format_key
+
 __all__ = ["CompileArtifact", "KernelReport", "KeyReport", "WarmupReport", "format_key"]
 
 
@@ -22,17 +24,6 @@ class CompileArtifact:
     info: dict[str, Any] = field(default_factory=dict)
     text: dict[str, str] = field(default_factory=dict)
     binary: dict[str, bytes] = field(default_factory=dict)
-
-
-def format_key(key: Any) -> str:
-    """``Key(a=1, b='x')`` → ``(a=1, b=x)``; dtypes print as their short names."""
-    from dataclasses import fields
-
-    parts = []
-    for f in fields(key):
-        v = getattr(key, f.name)
-        parts.append(f"{f.name}={str(v).removeprefix('torch.')}")
-    return "(" + ", ".join(parts) + ")"
 
 
 @dataclass

@@ -1,0 +1,36 @@
+# Two commands do everything on a fresh machine: `make run` and `make test`.
+# Each creates .venv and installs what it needs when missing.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.dsv4kit-installed
+# The CPU build of torch lies on local disk for this version; an unpinned torch pulls CUDA.
+TORCH  ?= torch==2.13.0
+ARCH   ?= sm_90a
+
+.PHONY: run test lint lab clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[test,notebooks]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/dsv4kit warmup --arch $(ARCH)
+	$(VENV)/bin/dsv4kit coverage --arch $(ARCH)
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --nbmake --nbmake-timeout=300 notebooks
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab notebooks/
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,3 @@
+from dsv4kit.cli import main
+
+raise SystemExit(main())
