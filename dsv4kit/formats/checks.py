@@ -1,0 +1,128 @@
+"""Input checks shared by the format helpers and the kernel references (spec §2.10).
+
+Every check takes the ``kernel`` name and the ``arg`` name first so that the raised
+:class:`dsv4kit.errors.KernelInputError` reads ``"<kernel>: <arg>: expected <...>, got <...>"``.
+Metadata checks never read device memory; the ``check_values_*`` helpers do (they are the
+"debug index checks" that the references always run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from dsv4kit.errors import input_error
+
+__all__ = [
+    "dtype_name",
+    "check_tensor",
+    "check_dtype",
+    "check_ndim",
+    "check_shape",
+    "check_last_dim",
+    "check_contiguous",
+    "check_same_device",
+    "check_per_token",
+    "check_values_in_range",
+    "check_unique",
+    "check_positive_float",
+]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"`` (the spelling used in messages and CompileKeys)."""
+    return str(dtype).removeprefix("torch.")
+
+
+def check_tensor(kernel: str, arg: str, t: object) -> torch.Tensor:
+    """Reject anything that is not a tensor."""
+    if not isinstance(t, torch.Tensor):
+        raise input_error(kernel, arg, "a torch.Tensor", type(t).__name__)
+    return t
+
+
+def check_dtype(kernel: str, arg: str, t: torch.Tensor, *dtypes: torch.dtype) -> None:
+    """Require ``t.dtype`` to be one of ``dtypes``."""
+    check_tensor(kernel, arg, t)
+    if t.dtype not in dtypes:
+        want = " or ".join(dtype_name(d) for d in dtypes)
+        raise input_error(kernel, arg, f"dtype {want}", dtype_name(t.dtype))
+
+
+def check_ndim(kernel: str, arg: str, t: torch.Tensor, ndim: int) -> None:
+    """Require a rank-``ndim`` tensor."""
+    if t.dim() != ndim:
+        raise input_error(kernel, arg, f"{ndim}-D tensor", f"shape {tuple(t.shape)}")
+
+
+def check_shape(kernel: str, arg: str, t: torch.Tensor, shape: Sequence[int | None]) -> None:
+    """Require ``t.shape`` to match ``shape``; ``None`` entries match any size."""
+    pattern = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
+    if t.dim() != len(shape) or any(s is not None and s != n for s, n in zip(shape, t.shape, strict=True)):
+        raise input_error(kernel, arg, f"shape {pattern}", f"shape {tuple(t.shape)}")
+
+
+def check_last_dim(kernel: str, arg: str, t: torch.Tensor, size: int) -> None:
+    """Require ``t.shape[-1] == size`` (and at least rank 1)."""
+    if t.dim() == 0 or t.shape[-1] != size:
+        raise input_error(kernel, arg, f"last dim {size}", f"shape {tuple(t.shape)}")
+
+
+def check_contiguous(kernel: str, arg: str, t: torch.Tensor) -> None:
+    """Require a contiguous tensor."""
+    if not t.is_contiguous():
+        raise input_error(kernel, arg, "contiguous tensor", f"strides {tuple(t.stride())}")
+
+
+def check_same_device(kernel: str, tensors: dict[str, torch.Tensor | None]) -> None:
+    """All given tensors on one device (§2.10); ``None`` entries are ignored."""
+    first: tuple[str, torch.device] | None = None
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if first is None:
+            first = (name, t.device)
+        elif t.device != first[1]:
+            raise input_error(kernel, name, f"device {first[1]} (same as {first[0]})", f"device {t.device}")
+
+
+def check_per_token(
+    kernel: str, arg: str, t: torch.Tensor, dtype: torch.dtype, length: int | None, *, at_least: bool = False
+) -> None:
+    """A 1-D contiguous per-token array of ``dtype`` with ``length`` (or ``>= length``) entries."""
+    check_dtype(kernel, arg, t, dtype)
+    check_ndim(kernel, arg, t, 1)
+    check_contiguous(kernel, arg, t)
+    if length is None:
+        return
+    if at_least and t.shape[0] < length:
+        raise input_error(kernel, arg, f"at least {length} entries", f"shape {tuple(t.shape)}")
+    if not at_least and t.shape[0] != length:
+        raise input_error(kernel, arg, f"length {length}", f"shape {tuple(t.shape)}")
+
+
+def check_values_in_range(kernel: str, arg: str, values: torch.Tensor, lo: int, hi: int) -> None:
+    """Debug check (device read): every value in ``[lo, hi)``."""
+    if values.numel() == 0:
+        return
+    vmin, vmax = int(values.min()), int(values.max())
+    if vmin < lo or vmax >= hi:
+        bad = vmin if vmin < lo else vmax
+        raise input_error(kernel, arg, f"values in [{lo}, {hi})", bad)
+
+
+def check_unique(kernel: str, arg: str, values: torch.Tensor) -> None:
+    """Debug check (device read): no value occurs twice."""
+    if values.numel() != torch.unique(values).numel():
+        raise input_error(kernel, arg, "unique values", "duplicates")
+
+
+def check_positive_float(kernel: str, arg: str, value: object) -> float:
+    """A finite Python number > 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise input_error(kernel, arg, "a Python float > 0", type(value).__name__)
+    v = float(value)
+    if not (v > 0.0 and v != float("inf")):
+        raise input_error(kernel, arg, "a finite float > 0", v)
+    return v

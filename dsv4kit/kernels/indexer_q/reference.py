@@ -1,0 +1,162 @@
+"""PyTorch references of K1 (indexer-Q RoPE + FP8 quant + weight fold) and K2 (… + MXFP4 quant).
+
+Normative: Triton and CuTeDSL must match these bit for bit (D2).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dsv4kit.errors import input_error
+from dsv4kit.formats.bits import bf16_round, pow2
+from dsv4kit.formats.checks import (
+    check_contiguous,
+    check_dtype,
+    check_ndim,
+    check_per_token,
+    check_same_device,
+    check_shape,
+    check_values_in_range,
+)
+from dsv4kit.formats.fp8 import q8_quantize
+from dsv4kit.formats.mxfp4 import MXFP4_BLOCK, pack_nibbles, q4_quantize, scale_bytes_to_int32
+from dsv4kit.formats.rope import ROPE_DIM, rope_rotate
+
+__all__ = [
+    "INDEXER_HEAD_DIM",
+    "INDEXER_NUM_HEADS",
+    "DEFAULT_SOFTMAX_SCALE",
+    "DEFAULT_HEAD_SCALE",
+    "check_indexer_q_inputs",
+    "indexer_q_rope_bf16",
+    "indexer_q_fp8_reference",
+    "indexer_q_mxfp4_reference",
+]
+
+INDEXER_HEAD_DIM = 128
+INDEXER_NUM_HEADS = 64
+DEFAULT_SOFTMAX_SCALE = 128**-0.5
+DEFAULT_HEAD_SCALE = 64**-0.5
+
+
+def check_indexer_q_inputs(
+    kernel: str,
+    positions: torch.Tensor,
+    index_q: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    index_weights: torch.Tensor,
+    *,
+    debug_checks: bool = True,
+) -> int:
+    """K1/K2 "Edge cases & bad inputs" checks; returns T. Debug: ``0 <= positions < max_pos``."""
+    check_dtype(kernel, "index_q", index_q, torch.bfloat16)
+    check_ndim(kernel, "index_q", index_q, 3)
+    t = index_q.shape[0]
+    if index_q.shape[1] != INDEXER_NUM_HEADS or index_q.shape[2] != INDEXER_HEAD_DIM:
+        raise input_error(
+            kernel,
+            "index_q",
+            f"shape [T, {INDEXER_NUM_HEADS}, {INDEXER_HEAD_DIM}] (v1)",
+            f"shape {tuple(index_q.shape)}",
+        )
+    check_contiguous(kernel, "index_q", index_q)
+    if index_q.data_ptr() % 16 != 0:
+        raise input_error(
+            kernel, "index_q", "data_ptr % 16 == 0", f"data_ptr % 16 == {index_q.data_ptr() % 16}"
+        )
+    check_dtype(kernel, "cos_sin_cache", cos_sin_cache, torch.float32, torch.bfloat16)
+    check_ndim(kernel, "cos_sin_cache", cos_sin_cache, 2)
+    if cos_sin_cache.shape[1] != ROPE_DIM:
+        raise input_error(
+            kernel, "cos_sin_cache", f"shape[1] == {ROPE_DIM}", f"shape {tuple(cos_sin_cache.shape)}"
+        )
+    check_contiguous(kernel, "cos_sin_cache", cos_sin_cache)
+    check_dtype(kernel, "index_weights", index_weights, torch.bfloat16)
+    check_shape(kernel, "index_weights", index_weights, (t, INDEXER_NUM_HEADS))
+    check_contiguous(kernel, "index_weights", index_weights)
+    check_per_token(kernel, "positions", positions, torch.int64, t)
+    check_same_device(
+        kernel,
+        {
+            "positions": positions,
+            "index_q": index_q,
+            "cos_sin_cache": cos_sin_cache,
+            "index_weights": index_weights,
+        },
+    )
+    if debug_checks:
+        check_values_in_range(kernel, "positions", positions, 0, cos_sin_cache.shape[0])
+    return t
+
+
+def indexer_q_rope_bf16(
+    positions: torch.Tensor, index_q: torch.Tensor, cos_sin_cache: torch.Tensor
+) -> torch.Tensor:
+    """``y`` of K1: fp32 ``[T, H, 128]``, nope dims as given, rope dims rotated (no FMA) then bf16-rounded."""
+    cs = cos_sin_cache[positions].to(torch.float32)[:, None, :]  # [T, 1, 64], broadcast over heads
+    y = rope_rotate(index_q.to(torch.float32), cs)
+    return torch.cat((y[..., :-ROPE_DIM], bf16_round(y[..., -ROPE_DIM:].contiguous())), dim=-1)
+
+
+def _fp32_scalar(v: float, like: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(float(v), dtype=torch.float32, device=like.device)  # fl(v)
+
+
+def indexer_q_fp8_reference(
+    positions: torch.Tensor,
+    index_q: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    index_weights: torch.Tensor,
+    softmax_scale: float = DEFAULT_SOFTMAX_SCALE,
+    head_scale: float = DEFAULT_HEAD_SCALE,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """K1: returns ``(q_fp8 float8_e4m3fn [T, 64, 128], weights_out fp32 [T, 64])``.
+
+    ``weights_out = fl(fl(fl(w * pow2(e)) * ss) * hs)`` with ``ss = fl(softmax_scale)``,
+    ``hs = fl(head_scale)`` (the fold order is fixed by the spec).
+    """
+    kernel = "indexer_q_fp8"
+    t = check_indexer_q_inputs(kernel, positions, index_q, cos_sin_cache, index_weights)
+    dev = index_q.device
+    if t == 0:
+        return (
+            torch.empty((0, INDEXER_NUM_HEADS, INDEXER_HEAD_DIM), dtype=torch.float8_e4m3fn, device=dev),
+            torch.empty((0, INDEXER_NUM_HEADS), dtype=torch.float32, device=dev),
+        )
+    y = indexer_q_rope_bf16(positions, index_q, cos_sin_cache)
+    codes, e = q8_quantize(y, INDEXER_HEAD_DIM)
+    w = index_weights.to(torch.float32)
+    folded = w * pow2(e[..., 0])
+    folded = folded * _fp32_scalar(softmax_scale, w)
+    folded = folded * _fp32_scalar(head_scale, w)
+    return codes.view(torch.float8_e4m3fn), folded
+
+
+def indexer_q_mxfp4_reference(
+    positions: torch.Tensor,
+    index_q: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    index_weights: torch.Tensor,
+    softmax_scale: float = DEFAULT_SOFTMAX_SCALE,
+    head_scale: float = DEFAULT_HEAD_SCALE,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """K2: returns ``(q_packed uint8 [T, 64, 64], q_scale int32 [T, 64], weights_out fp32 [T, 64])``.
+
+    Weights are not multiplied by the q scales: ``weights_out = fl(fl(w * ss) * hs)``.
+    """
+    kernel = "indexer_q_mxfp4"
+    t = check_indexer_q_inputs(kernel, positions, index_q, cos_sin_cache, index_weights)
+    if INDEXER_HEAD_DIM % MXFP4_BLOCK != 0:  # pragma: no cover - v1 fixes head_dim = 128
+        raise input_error(kernel, "index_q", "head_dim % 32 == 0", INDEXER_HEAD_DIM)
+    dev = index_q.device
+    if t == 0:
+        return (
+            torch.empty((0, INDEXER_NUM_HEADS, INDEXER_HEAD_DIM // 2), dtype=torch.uint8, device=dev),
+            torch.empty((0, INDEXER_NUM_HEADS), dtype=torch.int32, device=dev),
+            torch.empty((0, INDEXER_NUM_HEADS), dtype=torch.float32, device=dev),
+        )
+    y = indexer_q_rope_bf16(positions, index_q, cos_sin_cache)
+    codes, scale_bytes = q4_quantize(y)
+    w = index_weights.to(torch.float32)
+    folded = (w * _fp32_scalar(softmax_scale, w)) * _fp32_scalar(head_scale, w)
+    return pack_nibbles(codes), scale_bytes_to_int32(scale_bytes), folded

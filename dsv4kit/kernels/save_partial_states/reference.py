@@ -1,0 +1,115 @@
+"""PyTorch reference of K4: save_partial_states (kv and score + ape into the state cache)."""
+
+from __future__ import annotations
+
+import torch
+
+from dsv4kit.errors import input_error
+from dsv4kit.formats.checks import (
+    check_dtype,
+    check_ndim,
+    check_per_token,
+    check_same_device,
+    check_unique,
+    check_values_in_range,
+)
+from dsv4kit.formats.state_cache import check_state_cache
+
+__all__ = ["check_save_partial_states_inputs", "save_partial_states_reference"]
+
+KERNEL = "save_partial_states"
+
+
+def _check_width_rows(kernel: str, arg: str, t: torch.Tensor, width: int, rows: int | None) -> None:
+    check_dtype(kernel, arg, t, torch.float32)
+    check_ndim(kernel, arg, t, 2)
+    if t.shape[1] != width:
+        raise input_error(kernel, arg, f"shape[1] == state_width ({width})", f"shape {tuple(t.shape)}")
+    if t.stride(1) != 1:
+        raise input_error(kernel, arg, "stride(1) == 1", f"strides {tuple(t.stride())}")
+    if rows is not None and t.shape[0] < rows:
+        raise input_error(kernel, arg, f"at least T ({rows}) rows", f"shape {tuple(t.shape)}")
+
+
+def check_save_partial_states_inputs(
+    kv: torch.Tensor,
+    score: torch.Tensor,
+    ape: torch.Tensor,
+    positions: torch.Tensor,
+    state_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    state_block_size: int,
+    state_width: int,
+    compress_ratio: int,
+    *,
+    kernel: str = KERNEL,
+    debug_checks: bool = True,
+) -> int:
+    """K4 "Edge cases & bad inputs" checks; returns T (= ``len(slot_mapping)``)."""
+    if compress_ratio not in (4, 128) or isinstance(compress_ratio, bool):
+        raise input_error(kernel, "compress_ratio", "4 or 128", compress_ratio)
+    if isinstance(state_width, bool) or not isinstance(state_width, int) or state_width <= 0:
+        raise input_error(kernel, "state_width", "an int > 0", state_width)
+    check_per_token(kernel, "slot_mapping", slot_mapping, torch.int64, None)
+    t = slot_mapping.shape[0]
+    _check_width_rows(kernel, "kv", kv, state_width, t)
+    _check_width_rows(kernel, "score", score, state_width, t)
+    _check_width_rows(kernel, "ape", ape, state_width, None)
+    if ape.shape[0] != compress_ratio:
+        raise input_error(
+            kernel, "ape", f"shape[0] == compress_ratio ({compress_ratio})", f"shape {tuple(ape.shape)}"
+        )
+    check_per_token(kernel, "positions", positions, torch.int64, t, at_least=True)
+    check_state_cache(kernel, "state_cache", state_cache, state_width)
+    if state_block_size != state_cache.shape[1]:
+        raise input_error(
+            kernel, "state_block_size", f"state_cache.shape[1] ({state_cache.shape[1]})", state_block_size
+        )
+    check_same_device(
+        kernel,
+        {
+            "kv": kv,
+            "score": score,
+            "ape": ape,
+            "positions": positions,
+            "state_cache": state_cache,
+            "slot_mapping": slot_mapping,
+        },
+    )
+    if debug_checks and t:
+        keep = slot_mapping >= 0
+        valid = slot_mapping[keep]
+        check_values_in_range(kernel, "slot_mapping", valid, 0, state_cache.shape[0] * state_cache.shape[1])
+        check_unique(kernel, "slot_mapping", valid)
+        check_values_in_range(kernel, "positions", positions[:t][keep], 0, 2**63 - 1)
+    return t
+
+
+def save_partial_states_reference(
+    kv: torch.Tensor,
+    score: torch.Tensor,
+    ape: torch.Tensor,
+    positions: torch.Tensor,
+    state_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    state_block_size: int,
+    state_width: int,
+    compress_ratio: int,
+) -> None:
+    """K4: for each token with slot ``s >= 0``: ``row = state[s // sbs, s % sbs]``,
+    ``row[:SW] = kv[t]``, ``row[SW:] = fl(score[t] + ape[positions[t] % R])``. Other rows untouched.
+    """
+    t = check_save_partial_states_inputs(
+        kv, score, ape, positions, state_cache, slot_mapping, state_block_size, state_width, compress_ratio
+    )
+    if t == 0:
+        return
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep]
+    if slots.numel() == 0:
+        return
+    sbs = state_block_size
+    idx = torch.nonzero(keep).flatten()
+    ape_rows = ape[positions[idx] % compress_ratio]
+    state_cache[slots // sbs, slots % sbs, :state_width] = kv[idx]
+    state_cache[slots // sbs, slots % sbs, state_width:] = score[idx] + ape_rows
