@@ -117,3 +117,9 @@ def mxfp4_packing_diagram() -> str:
         " (block 0 = low byte)"
     )
     return "\n".join(lines)
+
+
+if __name__ == "__main__":  # regenerate the blocks pasted into docs/formats.md
+    print(ds_mla_page_diagram(2))
+    print()
+    print(mxfp4_packing_diagram())

@@ -112,7 +112,9 @@ def test_bf16_round_hand_vectors(x: float, want: float) -> None:
 
 def test_bf16_round_matches_torch_cast_on_random_and_tie_values() -> None:
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(200_000, generator=g) * torch.exp2(torch.randint(-60, 60, (200_000,), generator=g).float())
+    x = torch.randn(200_000, generator=g) * torch.exp2(
+        torch.randint(-60, 60, (200_000,), generator=g).float()
+    )
     ties = bits_f32((torch.randint(0, 2**31, (50_000,), generator=g) & ~0xFFFF) | 0x8000)
     ties = ties[torch.isfinite(ties)]
     for v in (x, ties):

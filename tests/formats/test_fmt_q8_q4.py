@@ -109,7 +109,9 @@ def test_q8_outlier_drives_others_to_zero() -> None:
 
 def test_q8_amax_lands_in_224_448() -> None:
     g = torch.Generator().manual_seed(1)
-    z = (torch.randn(50, 128, generator=g) * torch.exp2(torch.randint(-30, 30, (50, 1), generator=g))).bfloat16()
+    z = (
+        torch.randn(50, 128, generator=g) * torch.exp2(torch.randint(-30, 30, (50, 1), generator=g))
+    ).bfloat16()
     codes, e = q8_quantize(z.float(), 128)
     amax = z.float().abs().amax(dim=1)
     above_floor = amax > 1e-4  # below the D1 floor the block uses e = -22 and lands lower
