@@ -1,0 +1,76 @@
+"""Pieces both compiled backends share: compile scopes and cubin resource reports."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["compiling", "cubin_resources", "in_warmup_compile"]
+
+# Set while a kernel's own compile(key) runs: the backend hooks then stay quiet, because a
+# compile reached through JitKernel._get_or_compile was already reported (before it started).
+_COMPILING: contextvars.ContextVar[bool] = contextvars.ContextVar("dsv4kit_compiling", default=False)
+
+
+@contextlib.contextmanager
+def compiling() -> Iterator[None]:
+    """Mark the block as a kernel's own ``compile(key)``."""
+    token = _COMPILING.set(True)
+    try:
+        yield
+    finally:
+        _COMPILING.reset(token)
+
+
+def in_warmup_compile() -> bool:
+    """True inside :func:`compiling`."""
+    return _COMPILING.get()
+
+
+@functools.cache
+def _cuobjdump() -> str | None:
+    # Triton ships cuobjdump (CUDA 12.8); it reads the cubins of both backends, sm_90a and sm_100a.
+    try:
+        from triton import knobs
+
+        path = knobs.nvidia.cuobjdump.path
+        if path and os.path.exists(path):
+            return path
+    except Exception:  # triton missing or without the tool: fall back to a system CUDA
+        pass
+    return shutil.which("cuobjdump")
+
+
+_FUNC = re.compile(r"Function ([^:\s]+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
+
+
+def cubin_resources(cubin: bytes, kernel_name: str | None = None) -> dict[str, Any]:
+    """Registers, local memory and static shared memory of the kernel in ``cubin``.
+
+    Read from the cubin with ``cuobjdump --dump-resource-usage``, so it works without a GPU.
+    ``spills`` follows Triton's definition (local bytes / 4, what ``CompiledKernel.n_spills``
+    reports on a GPU). Returns ``{}`` when no cuobjdump is available.
+    """
+    tool = _cuobjdump()
+    if tool is None:
+        return {}
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True,
+                             check=False).stdout
+    funcs = [(m[1], int(m[2]), int(m[3]), int(m[4]), int(m[5])) for m in _FUNC.finditer(out)]
+    if not funcs:
+        return {}
+    chosen = [f for f in funcs if kernel_name and f[0] == kernel_name] or [max(funcs, key=lambda f: f[1])]
+    name, regs, stack, shared, local = chosen[0]
+    return {"registers": regs, "spills": local // 4, "local_bytes": local, "stack_bytes": stack,
+            "static_shared": shared}

@@ -1,0 +1,572 @@
+"""TritonJitKernel: Triton kernels under the warmup contract.
+
+A subclass names its ``@triton.jit`` function (``kernel_fn``) and declares, for every
+parameter of it, where the value comes from (``params``):
+
+==================  =====================================================================
+``Ptr(dtype)``      a tensor argument; ``dtype`` a torch dtype or the name of a key field.
+                    Triton specializes on 16-byte alignment of the address, so the kernel
+                    either requires aligned tensors (``aligned=True``, checked at call) or
+                    lists the parameter in ``do_not_specialize_on_alignment``.
+``Runtime()``       a scalar that varies per call and is *not* specialized: an int must be
+                    in ``do_not_specialize`` and annotated (``n: tl.int32``), because Triton
+                    otherwise picks i32/i64 from the value.
+``IntClass(f)``     a runtime int Triton specializes on; key field ``f`` holds its class
+                    (:func:`int_class`: ``"one"``, ``"div16"``, ``"other"``, ``"i64_div16"``,
+                    ``"i64_other"``) and warmup uses a representative value of that class.
+``FromKey(f)``      a constexpr, or a specialized int, whose value is key field ``f`` (or
+                    ``f(key)`` when ``f`` is callable).
+``Const(v)``        a constexpr (or int) with a fixed value.
+==================  =====================================================================
+
+The declaration is checked when the class is created: an argument Triton specializes on
+that the CompileKey does not determine is a :class:`~dsv4kit.errors.ContractError`.
+``__call__`` returns ``(key, args)`` with ``args`` the ``Ptr``/``Runtime``/``IntClass``
+values in the function's parameter order; the backend adds the key-derived ones.
+
+Where it runs (from :mod:`dsv4kit.platform`):
+
+* **GPU**: ``compile(key)`` calls ``kernel_fn.warmup`` with fake pointers and representative
+  scalars, which fills the very cache ``kernel_fn[grid](...)`` reads, so the first real call
+  of a warmed key compiles nothing (``count_triton_compiles`` proves it on a GPU).
+* **CPU**: ``compile(key)`` compiles ahead of time for the platform's target through
+  ``triton.compile(..., target=GPUTarget("cuda", 90 | 100, 32))`` (PTX, cubin, registers),
+  and launches run the same Python function under the Triton interpreter. Each launch also
+  computes the specialization Triton *would* compile for the real arguments and reports a
+  mismatch to the monitor, so a specialization miss is caught on CPU as it would be on GPU.
+
+Every launch and compile uses ``enable_fp_fusion=False`` (spec §2.1 rule 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import functools
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+import torch
+import triton
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, make_backend
+from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.jit import JITFunction, create_function_from_signature
+
+from dsv4kit.backends._common import compiling, cubin_resources, in_warmup_compile
+from dsv4kit.errors import ContractError, input_error
+from dsv4kit.jit import CompileArtifact, JitKernel, active_monitor, register_monitor_hook
+from dsv4kit.platform import Platform, arch_capability, current_platform
+
+__all__ = [
+    "Const",
+    "FakePointer",
+    "FromKey",
+    "INT_CLASS_VALUES",
+    "IntClass",
+    "Ptr",
+    "Runtime",
+    "TritonCompileCounter",
+    "TritonJitKernel",
+    "TritonVariant",
+    "count_triton_compiles",
+    "int_class",
+]
+
+K = TypeVar("K")
+
+# Launch options every Triton launch of dsv4kit passes (spec §2.1 rule 1: no FMA contraction).
+FP_FUSION = False
+
+# --------------------------------------------------------------------------- parameter kinds
+
+
+@dataclass(frozen=True)
+class Ptr:
+    """A tensor argument of dtype ``dtype`` (a torch dtype, or a key field holding one or its name)."""
+
+    dtype: torch.dtype | str
+    aligned: bool = True
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """A per-call scalar Triton does not specialize on (int: ``do_not_specialize`` + annotation)."""
+
+
+@dataclass(frozen=True)
+class IntClass:
+    """A runtime int whose Triton specialization class is key field ``field``."""
+
+    field: str
+
+
+@dataclass(frozen=True)
+class FromKey:
+    """A value derived from the key: field name, or a function of the key."""
+
+    field: str | Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class Const:
+    """A fixed value."""
+
+    value: Any
+
+
+Param = Ptr | Runtime | IntClass | FromKey | Const
+
+#: A representative value of each specialization class (what warmup passes).
+INT_CLASS_VALUES: dict[str, int] = {
+    "one": 1,
+    "div16": 16,
+    "other": 17,
+    "i64_div16": 2**32,
+    "i64_other": 2**32 + 1,
+}
+
+
+def int_class(value: int) -> str:
+    """Triton's specialization class of an int argument (triton 3.6).
+
+    ``== 1`` becomes a constexpr, ``% 16 == 0`` gets the divisibility attribute, and values
+    outside int32 are passed as i64. Values at or above 2**63 (u64) are not supported.
+    """
+    if not -(2**63) <= value < 2**63:
+        raise input_error("int_class", "value", "a value in [-2**63, 2**63)", value)
+    wide = not -(2**31) <= value < 2**31
+    if value == 1:
+        return "one"
+    cls = "div16" if value % 16 == 0 else "other"
+    return f"i64_{cls}" if wide else cls
+
+
+class FakePointer:
+    """A pointer argument without storage: Triton reads only ``dtype`` and ``data_ptr()``.
+
+    Address 0 is 16-byte aligned, which is the class a validated (aligned) tensor falls in.
+    """
+
+    def __init__(self, dtype: torch.dtype, aligned: bool = True) -> None:
+        self.dtype = dtype
+        self._addr = 0 if aligned else 8
+
+    def data_ptr(self) -> int:
+        return self._addr
+
+    def __repr__(self) -> str:
+        return f"FakePointer({self.dtype}, aligned={self._addr == 0})"
+
+
+@dataclass(frozen=True)
+class TritonVariant:
+    """What Triton compiles for one call: the dsv4kit key and Triton's specialization of it.
+
+    The monitor reports a specialization that differs from the warmed one with this type, so
+    its diagnosis shows the exact argument whose class changed.
+    """
+
+    key: Any
+    specialization: str
+
+
+# --------------------------------------------------------------------------- specialization
+
+
+@functools.cache
+def _backend(capability: int) -> Any:
+    return make_backend(GPUTarget("cuda", capability, 32))
+
+
+@functools.cache
+def _binder(fn: JITFunction, capability: int) -> Callable[..., Any]:
+    # Triton's own argument binder: it computes the specialization exactly as JITFunction.run.
+    return create_function_from_signature(fn.signature, fn.params, _backend(capability))
+
+
+def _run_kwargs(fn: JITFunction, options: Mapping[str, Any]) -> dict[str, Any]:
+    # JITFunction.run adds these two before binding; they are part of Triton's cache key.
+    kwargs = dict(options)
+    kwargs["debug"] = kwargs.get("debug", fn.debug) or knobs.runtime.debug
+    kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
+    return kwargs
+
+
+def _describe(fn: JITFunction, specialization: list[tuple[str, Any]], options: Mapping[str, Any]) -> str:
+    """Compact text of a specialization: ``x_ptr:*bf16:D n:i32 BLOCK=128 | num_warps=4 ...``."""
+    parts = []
+    for p, (ty, attr) in zip(fn.params, specialization, strict=True):
+        if ty == "constexpr":
+            parts.append(f"{p.name}={attr}")
+        else:
+            parts.append(f"{p.name}:{ty}" + (f":{attr}" if attr else ""))
+    opts = " ".join(f"{k}={v}" for k, v in options.items() if k not in ("debug", "instrumentation_mode"))
+    return " ".join(parts) + (f" | {opts}" if opts else "")
+
+
+def _describe_hook(fn: JITFunction, compile_info: Mapping[str, Any]) -> str:
+    """The same text, rebuilt from what Triton hands its compile hooks."""
+    signature = compile_info["signature"]
+    constants = {k[0] if isinstance(k, tuple) else k: v for k, v in compile_info["constants"].items()}
+    attrs = compile_info["configs"][0] if compile_info.get("configs") else {}
+    spec = []
+    for i, p in enumerate(fn.params):
+        ty = signature[p.name]
+        if ty == "constexpr":
+            v = constants.get(i, constants.get(p.name))
+            spec.append(("constexpr", getattr(v, "value", v)))
+        else:
+            a = attrs.get((i,), [])
+            spec.append((ty, "D" if any(x[0] == "tt.divisibility" for x in a) else ""))
+    opts = {"num_warps": compile_info["num_warps"], "enable_fp_fusion": compile_info["enable_fp_fusion"]}
+    return _describe(fn, spec, opts)
+
+
+# --------------------------------------------------------------------------- interpreter
+
+
+_INTERP_LOCK = threading.RLock()
+_INTERPRETED: dict[JITFunction, InterpretedFunction] = {}
+
+
+def _interpreted(fn: JITFunction) -> InterpretedFunction:
+    f = _INTERPRETED.get(fn)
+    if f is None:
+        f = _INTERPRETED[fn] = InterpretedFunction(fn.fn, do_not_specialize=fn.do_not_specialize,
+                                                   do_not_specialize_on_alignment=fn.do_not_specialize_on_alignment)
+    return f
+
+
+@contextlib.contextmanager
+def _interpreting() -> Iterator[None]:
+    """Let interpreted kernels call ``@triton.jit`` helpers that were built for compiling.
+
+    Kernels are decorated once, as ``JITFunction`` (so that they can be compiled ahead of
+    time); a ``JITFunction`` refuses to be called from Python. While the interpreter runs, a
+    call is routed to an interpreted twin of the helper. Scoped and restored on exit.
+    """
+    with _INTERP_LOCK:
+        original = JITFunction.__call__
+
+        def call(self: JITFunction, *args: Any, **kwargs: Any) -> Any:
+            return _interpreted(self)(*args, **kwargs)
+
+        JITFunction.__call__ = call  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            JITFunction.__call__ = original  # type: ignore[method-assign]
+
+
+# --------------------------------------------------------------------------- monitor hooks
+
+# The kernel and key of the launch in progress, so a compile hook can name them.
+_LAUNCH: contextvars.ContextVar[tuple[TritonJitKernel, Any] | None] = contextvars.ContextVar(
+    "dsv4kit_triton_launch", default=None)
+
+
+def _report(kernel: TritonJitKernel | None, fn_name: str, variant: TritonVariant | str, source: str) -> None:
+    mon = active_monitor()
+    if mon is None:
+        return
+    if kernel is None:
+        mon.report_compile(fn_name, variant, [], source=source)
+    else:
+        mon.report_compile(kernel.name, variant, kernel.warmed_variants(), source=source)
+
+
+def _install_triton_hooks(monitor: Any) -> Callable[[], None]:
+    """Chain a pre-compile reporter onto Triton's hooks; the uninstaller restores them.
+
+    Triton 3.6 calls ``knobs.runtime.jit_cache_hook`` just before compiling and
+    ``jit_post_compile_hook`` just after, both with keyword arguments
+    ``key, repr, fn, compile, is_manual_warmup, already_compiled``. Reporting in the
+    pre-compile hook lets ``error`` mode stop the compile before it starts (raising after it
+    would leave the kernel in Triton's cache, and a retry would then pass silently).
+    """
+    prev = knobs.runtime.jit_cache_hook
+
+    def hook(**kw: Any) -> Any:
+        if not in_warmup_compile():
+            ctx = _LAUNCH.get()
+            jit_fn = kw["fn"].jit_function
+            spec = _describe_hook(jit_fn, kw["compile"])
+            if ctx is not None and ctx[0].kernel_fn is jit_fn:
+                _report(ctx[0], ctx[0].name, TritonVariant(ctx[1], spec), "triton")
+            else:
+                _report(None, kw["fn"].name, spec, "triton")
+        return prev(**kw) if prev is not None else None
+
+    knobs.runtime.jit_cache_hook = hook
+
+    def uninstall() -> None:
+        knobs.runtime.jit_cache_hook = prev
+
+    return uninstall
+
+
+register_monitor_hook(_install_triton_hooks)
+
+
+class TritonCompileCounter:
+    """Counts Triton compiles seen by ``jit_post_compile_hook`` (warmup ones included)."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    @property
+    def count(self) -> int:
+        return len(self.events)
+
+    @property
+    def runtime_count(self) -> int:
+        """Compiles that were not a kernel's own warmup compile."""
+        return sum(1 for e in self.events if not e["warmup"])
+
+
+@contextlib.contextmanager
+def count_triton_compiles() -> Iterator[TritonCompileCounter]:
+    """Count every Triton JIT compile in the block through Triton's post-compile hook.
+
+    The hook is chained with whatever was installed and restored on exit. (A CPU-only process
+    never reaches it: ahead-of-time compiles and the interpreter bypass JITFunction.run.)
+    """
+    counter = TritonCompileCounter()
+    prev = knobs.runtime.jit_post_compile_hook
+
+    def hook(**kw: Any) -> Any:
+        counter.events.append({"fn": kw["fn"].name, "key": kw["key"], "warmup": in_warmup_compile()
+                               or kw["is_manual_warmup"]})
+        return prev(**kw) if prev is not None else None
+
+    knobs.runtime.jit_post_compile_hook = hook
+    try:
+        yield counter
+    finally:
+        knobs.runtime.jit_post_compile_hook = prev
+
+
+# --------------------------------------------------------------------------- the kernel base
+
+
+@dataclass
+class TritonCompiled:
+    """What one compiled key keeps: the artifact, and the warmed specialization."""
+
+    variant: TritonVariant
+    kernel: Any = None  # triton CompiledKernel (None for a pure AOT compile's runtime path)
+
+
+class TritonJitKernel(JitKernel[K]):
+    """Base of Triton kernels; see the module docstring."""
+
+    backend: ClassVar[str] = "triton"
+    #: The ``@triton.jit`` function.
+    kernel_fn: ClassVar[JITFunction]
+    #: Where each parameter of ``kernel_fn`` comes from.
+    params: ClassVar[Mapping[str, Param]]
+
+    _variants: ClassVar[dict[Any, TritonVariant]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        cls._variants = {}
+        super().__init_subclass__(**kwargs)
+
+    def __init__(self, platform: Platform | None = None) -> None:
+        self.platform = platform or current_platform()
+        self.target = self.platform.arch
+
+    # ------------------------------------------------------------------ what a subclass gives
+    def launch_options(self, key: K) -> dict[str, Any]:
+        """Triton launch options of ``key`` (``num_warps``, ``num_stages``); fp fusion is always off."""
+        return {"num_warps": 4}
+
+    def grid(self, key: K, args: Mapping[str, Any]) -> tuple[int, ...]:
+        """The launch grid of ``key`` for the call's arguments (by parameter name)."""
+        raise NotImplementedError(f"{self.name}: grid(key, args) is the kernel's to define")
+
+    # ------------------------------------------------------------------ the contract check
+    @classmethod
+    def _validate_backend(cls) -> None:
+        fn = getattr(cls, "kernel_fn", None)
+        where = cls.__name__
+        if not isinstance(fn, JITFunction):
+            raise ContractError(f"{where}: kernel_fn: expected a @triton.jit function, got {fn!r}")
+        params = getattr(cls, "params", None)
+        if not isinstance(params, Mapping):
+            raise ContractError(f"{where}: params: expected a mapping name -> Ptr/Runtime/..., got {params}")
+        fields = {f.name for f in dataclasses.fields(cls.CompileKey)}
+        names = [p.name for p in fn.params]
+        extra = sorted(set(params) - set(names))
+        if extra:
+            raise ContractError(f"{where}: params {extra} are not parameters of {fn.fn.__name__}{names}")
+        for p in fn.params:
+            decl = params.get(p.name)
+            what = f"{where}: parameter {p.name!r} of {fn.fn.__name__}"
+            if decl is None:
+                raise ContractError(f"{what}: not declared in params (Triton may specialize on it)")
+            if not isinstance(decl, Param):
+                raise ContractError(f"{what}: expected Ptr, Runtime, IntClass, FromKey or Const; got {decl}")
+            for f in (getattr(decl, "field", None), getattr(decl, "dtype", None)):
+                if isinstance(f, str) and f not in fields:
+                    raise ContractError(f"{what}: refers to {f!r}, which is not a field of "
+                                        f"{cls.CompileKey.__qualname__} {sorted(fields)}")
+            if p.is_constexpr and not isinstance(decl, FromKey | Const):
+                raise ContractError(f"{what}: a constexpr must come from the key (FromKey) or be Const; "
+                                    "a per-call constexpr compiles once per value")
+            if isinstance(decl, Ptr) and not decl.aligned and not p.do_not_specialize_on_alignment:
+                raise ContractError(f"{what}: Triton specializes on its 16-byte alignment; require aligned "
+                                    "tensors (aligned=True) or add it to do_not_specialize_on_alignment")
+            if isinstance(decl, Runtime):
+                ann = p.annotation_type
+                if ann.startswith("*"):
+                    raise ContractError(f"{what}: a pointer is declared Ptr(dtype), not Runtime()")
+                if ann in ("fp16", "bf16", "fp32", "fp64", "u1"):
+                    continue  # Triton never specializes floats and bools
+                if not p.do_not_specialize:
+                    raise ContractError(f"{what}: Triton specializes ints on ==1 and %16, and the CompileKey "
+                                        "does not cover it: add it to do_not_specialize, or declare it "
+                                        "IntClass/FromKey")
+                if not ann:
+                    raise ContractError(f"{what}: annotate it (e.g. `{p.name}: tl.int32`): without an "
+                                        "annotation Triton picks i32 or i64 from the value")
+
+    # ------------------------------------------------------------------ arguments
+    def _value(self, decl: Param, key: K, call_value: Any = None) -> Any:
+        if isinstance(decl, Const):
+            return decl.value
+        if isinstance(decl, FromKey):
+            return decl.field(key) if callable(decl.field) else getattr(key, decl.field)
+        return call_value
+
+    def _call_params(self) -> list[str]:
+        return [p.name for p in self.kernel_fn.params
+                if isinstance(self.params[p.name], Ptr | Runtime | IntClass)]
+
+    def _full_args(self, key: K, call_args: tuple[Any, ...]) -> list[Any]:
+        names = self._call_params()
+        if len(call_args) != len(names):
+            raise TypeError(f"{self.name}: launch args: expected {len(names)} values ({', '.join(names)}), "
+                            f"got {len(call_args)}")
+        given = dict(zip(names, call_args, strict=True))
+        return [self._value(self.params[p.name], key, given.get(p.name)) for p in self.kernel_fn.params]
+
+    def _options(self, key: K) -> dict[str, Any]:
+        opts = dict(self.launch_options(key))
+        opts["enable_fp_fusion"] = FP_FUSION
+        return opts
+
+    def warmup_inputs(self, key: K) -> tuple[Any, ...]:
+        """Fake pointers, representative ints and key-derived values for every parameter."""
+        out = []
+        for p in self.kernel_fn.params:
+            decl = self.params[p.name]
+            if isinstance(decl, Ptr):
+                dt = getattr(key, decl.dtype) if isinstance(decl.dtype, str) else decl.dtype
+                out.append(FakePointer(getattr(torch, dt) if isinstance(dt, str) else dt, decl.aligned))
+            elif isinstance(decl, IntClass):
+                cls_name = getattr(key, decl.field)
+                if cls_name not in INT_CLASS_VALUES:
+                    raise input_error(self.name, decl.field, f"one of {list(INT_CLASS_VALUES)}",
+                                      repr(cls_name))
+                out.append(INT_CLASS_VALUES[cls_name])
+            elif isinstance(decl, Runtime):
+                # Not specialized: any value of the annotated type compiles the same code.
+                out.append(0.0 if p.annotation_type.startswith(("fp", "bf")) else 0)
+            else:
+                out.append(self._value(decl, key))
+        return tuple(out)
+
+    def variant(self, key: K, args: list[Any] | tuple[Any, ...],
+                capability: int | None = None) -> TritonVariant:
+        """The specialization Triton compiles for ``args`` (all parameters, in order)."""
+        cap = capability or self.platform.capability
+        _, spec, opts = _binder(self.kernel_fn, cap)(*args, **_run_kwargs(self.kernel_fn, self._options(key)))
+        return TritonVariant(key, _describe(self.kernel_fn, spec, opts))
+
+    def warmed_variants(self) -> list[TritonVariant]:
+        """The specializations compiled so far (one per warmed key)."""
+        return list(type(self)._variants.values())
+
+    # ------------------------------------------------------------------ compiling
+    def compile_for(self, key: K, arch: str) -> CompileArtifact:
+        """Compile ``key`` ahead of time for ``arch`` (no GPU needed); the runtime cache is untouched."""
+        cap = arch_capability(arch)
+        t0 = time.perf_counter()
+        fn = self.kernel_fn
+        kwargs = _run_kwargs(fn, self._options(key))
+        bound, spec, opts = _binder(fn, cap)(*self.warmup_inputs(key), **kwargs)
+        # The same packing JITFunction.run does before it compiles (signature, constexprs, attrs).
+        options, signature, constexprs, attrs = fn._pack_args(_backend(cap), kwargs, bound, spec, opts)
+        ck = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", cap, 32),
+                            options=options.__dict__)
+        variant = TritonVariant(key, _describe(fn, spec, opts))
+        return self._artifact(ck, arch, time.perf_counter() - t0, variant)
+
+    def _artifact(self, ck: Any, arch: str, seconds: float, variant: TritonVariant) -> CompileArtifact:
+        md = ck.metadata
+        info = {"shared": md.shared, "num_warps": md.num_warps, "enable_fp_fusion": md.enable_fp_fusion,
+                **cubin_resources(ck.asm["cubin"], md.name), "specialization": variant.specialization}
+        return CompileArtifact(self.backend, arch, seconds, info=info,
+                               text={k: ck.asm[k] for k in ("ttgir", "llir", "ptx") if k in ck.asm},
+                               binary={"cubin": ck.asm["cubin"]})
+
+    def compile(self, key: K) -> None:
+        """Compile ``key`` for this platform and cache the executor the runtime will use."""
+        t0 = time.perf_counter()
+        with compiling():
+            if self.platform.is_cuda:
+                args = self.warmup_inputs(key)
+                ck = self.kernel_fn.warmup(*args, grid=(1,), **self._options(key))
+                if ck is None:
+                    raise RuntimeError(f"{self.name}: Triton skipped the compile of {key} (a jit_cache_hook "
+                                       "returned True)")
+                variant = self.variant(key, args)
+                art = self._artifact(ck, self.target, time.perf_counter() - t0, variant)
+                executor = self._gpu_executor(key, variant)
+            else:
+                art = self.compile_for(key, self.target)
+                variant = TritonVariant(key, art.info["specialization"])
+                executor = self._interpreter_executor(key, variant)
+        type(self)._variants[key] = variant
+        self._cache_executor(key, executor, art)
+
+    # ------------------------------------------------------------------ launching
+    def _named(self, call_args: tuple[Any, ...]) -> dict[str, Any]:
+        return dict(zip(self._call_params(), call_args, strict=True))
+
+    def _gpu_executor(self, key: K, variant: TritonVariant) -> Callable[..., Any]:
+        fn, options = self.kernel_fn, self._options(key)
+
+        def run(*call_args: Any) -> None:
+            args = self._full_args(key, call_args)
+            grid = self.grid(key, self._named(call_args))
+            token = _LAUNCH.set((self, key))
+            try:
+                fn[grid](*args, **options)
+            finally:
+                _LAUNCH.reset(token)
+
+        return run
+
+    def _interpreter_executor(self, key: K, variant: TritonVariant) -> Callable[..., Any]:
+        fn, options = self.kernel_fn, self._options(key)
+
+        def run(*call_args: Any) -> None:
+            args = self._full_args(key, call_args)
+            # What a GPU would compile for these arguments; a different specialization than the
+            # warmed one would be a compile after warmup there, so report it here too.
+            seen = self.variant(key, args)
+            if seen != variant:
+                _report(self, fn.fn.__name__, seen, "triton")
+            grid = self.grid(key, self._named(call_args))
+            with _interpreting():
+                _interpreted(fn)[grid](*args, **options)
+
+        return run

@@ -1,0 +1,89 @@
+"""What every rowquant backend shares: the CompileKey, dispatch, warmup keys and input checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dsv4kit.backends.triton import int_class
+from dsv4kit.errors import input_error
+from dsv4kit.formats.checks import check_dtype, check_ndim
+from dsv4kit.jit import Immediate, JitKernel, WarmupIntRange, kernel_launcher, zip_inputs
+from dsv4kit.kernels.rowquant.reference import BLOCK
+
+__all__ = ["COARSEN_AT", "RowQuantBase", "RowQuantConfig"]
+
+#: From this many rows on, a program handles 4 rows instead of 1 (a launch-shape switch in the key).
+COARSEN_AT = 512
+
+
+@dataclass(frozen=True)
+class RowQuantConfig:
+    """What a model tells rowquant at registration: row widths and the largest batch."""
+
+    widths: tuple[int, ...] = (512, 4096)
+    max_tokens: int = 8192
+
+
+class RowQuantBase(JitKernel["RowQuantBase.CompileKey"]):
+    """Contract half of rowquant; a backend class adds the kernel, compile and launch args."""
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        #: Row width (a multiple of 128): a static shape for CuTeDSL, a specialized int for Triton.
+        n_cols: int
+        #: Triton's specialization class of x's row stride (``int_class``): "div16" for contiguous
+        #: rows of a multiple-of-128 width, "other" for e.g. a view with stride 136.
+        x_stride_class: str
+        #: Rows per program: 1 below COARSEN_AT rows, 4 from there on.
+        rows_per_program: int
+
+    def dispatch(self, n_cols, x_row_stride, num_rows):
+        return self.CompileKey(
+            n_cols=n_cols,
+            x_stride_class=int_class(x_row_stride),
+            rows_per_program=1 if num_rows < COARSEN_AT else 4,
+        )
+
+    def get_warmup_keys(self, config: RowQuantConfig | None = None) -> list[CompileKey]:
+        cfg = config or RowQuantConfig()
+        # Contiguous inputs: the row stride is the width.
+        return self.trace(zip_inputs(*(dict(n_cols=w, x_row_stride=w) for w in cfg.widths)),
+                          num_rows=WarmupIntRange(1, cfg.max_tokens + 1))
+
+    # ------------------------------------------------------------------ per backend
+    def check_device(self, x: torch.Tensor) -> None:
+        """Backend-specific device rule (spec §2.10)."""
+        raise NotImplementedError
+
+    def launch_args(self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> tuple[Any, ...]:
+        """The executor's arguments for one call (``q`` as uint8 bytes)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the call
+    @kernel_launcher
+    def __call__(self, x: torch.Tensor) -> Any:
+        """``x`` bf16 ``[M, N]`` (rows may be strided) -> ``(q e4m3fn [M, N], scale fp32 [M, N/128])``."""
+        name = self.name
+        check_dtype(name, "x", x, torch.bfloat16)
+        check_ndim(name, "x", x, 2)
+        m, n = x.shape
+        if n == 0 or n % BLOCK:
+            raise input_error(name, "x", f"last dim a positive multiple of {BLOCK}",
+                              f"shape {tuple(x.shape)}")
+        self.check_device(x)
+        q = torch.empty((m, n), dtype=torch.float8_e4m3fn, device=x.device)
+        scale = torch.empty((m, n // BLOCK), dtype=torch.float32, device=x.device)
+        if m == 0:
+            return Immediate((q, scale))
+        if x.stride(1) != 1 or (m > 1 and x.stride(0) < n):
+            raise input_error(name, "x", "rows with unit stride, non-overlapping", f"strides {x.stride()}")
+        if x.data_ptr() % 16:
+            raise input_error(name, "x", "a 16-byte aligned data pointer",
+                              f"address % 16 = {x.data_ptr() % 16}")
+        if m * max(x.stride(0), n) >= 2**31:
+            raise input_error(name, "x", "fewer than 2**31 elements spanned", f"shape {tuple(x.shape)}")
+        key = self.dispatch(n, x.stride(0), m)
+        return key, self.launch_args(x, q.view(torch.uint8), scale), (q, scale)

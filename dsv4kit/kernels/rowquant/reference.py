@@ -1,0 +1,34 @@
+"""Per-row UE8M0 FP8 quantization of a bf16 matrix: the PyTorch reference (normative).
+
+Each row of ``x [M, N]`` (N a multiple of 128) is cut into blocks of 128; each block is
+quantized to float8_e4m3fn with one power-of-two scale (spec §2.3, decision D1):
+
+    a = max(amax(|block|), fl(1e-4));  e = clog2(fl(a / 448));  q = e4m3(block * 2**-e)
+
+The scale is stored as the fp32 value ``2**e``. Every step is exact or a single RNE rounding
+done with integer bit recipes (:mod:`dsv4kit.formats`), so the kernels can match it bit for bit.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dsv4kit.errors import input_error
+from dsv4kit.formats.bits import pow2
+from dsv4kit.formats.checks import check_dtype, check_ndim
+from dsv4kit.formats.fp8 import q8_quantize
+
+__all__ = ["BLOCK", "rowquant_reference"]
+
+BLOCK = 128
+
+
+def rowquant_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` bf16 ``[M, N]`` -> ``(q float8_e4m3fn [M, N], scale float32 [M, N // 128])``."""
+    name = "rowquant_reference"
+    check_dtype(name, "x", x, torch.bfloat16)
+    check_ndim(name, "x", x, 2)
+    if x.shape[1] == 0 or x.shape[1] % BLOCK:
+        raise input_error(name, "x", f"last dim a positive multiple of {BLOCK}", f"shape {tuple(x.shape)}")
+    codes, e = q8_quantize(x, BLOCK)
+    return codes.view(torch.float8_e4m3fn), pow2(e)
