@@ -1,0 +1,202 @@
+"""What every K3 backend shares: the CompileKey, dispatch, warmup keys and the input checks.
+
+K3 (spec §3) keys on ``(block_size, has_gather_lens)`` only: the page stride, the offset, the
+request count and every length are runtime values. A backend subclass adds the kernel, its
+launch arguments and its device rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dsv4kit.errors import input_error
+from dsv4kit.formats.checks import check_tensor, check_values_in_range
+from dsv4kit.formats.ds_mla import DS_ENTRY_BYTES
+from dsv4kit.jit import Immediate, JitKernel, Like, kernel_launcher, zip_inputs
+from dsv4kit.kernels.dequant_gather.reference import KERNEL, check_dequant_gather_inputs
+
+__all__ = [
+    "CACHE_DTYPES",
+    "DequantGatherBase",
+    "DequantGatherConfig",
+    "MAX_GRID_Y",
+    "check_dequant_gather_values",
+    "config_fields",
+    "warmup_block_sizes",
+]
+
+#: KV cache dtype strings of spec §2.11 (trap 3); K3 exists only for ``fp8_ds_mla``.
+CACHE_DTYPES = ("fp8_ds_mla", "fp8", "fp8_e4m3", "bfloat16", "auto")
+#: Requests go on the grid's y dimension (CUDA limit 65 535).
+MAX_GRID_Y = 65_535
+_I32 = 2**31
+
+
+@dataclass(frozen=True)
+class DequantGatherConfig:
+    """The warmup inputs K3 reads (spec §2.11): cache block size B, compress ratios, cache dtype.
+
+    ``compress_ratios`` may be the per-layer tuple of a preset (0 = sliding-window only) or
+    just the set of ratios; only ratios > 1 add keys. Any object with ``cache_block_size`` and
+    ``compress_ratios`` attributes (a :class:`~dsv4kit.model.presets.ModelPreset`, say) is
+    accepted wherever this config is; a missing ``cache_dtype`` means ``"fp8_ds_mla"``.
+    """
+
+    cache_block_size: int = 256
+    compress_ratios: tuple[int, ...] = (4, 128)
+    cache_dtype: str = "fp8_ds_mla"
+
+
+def config_fields(config: Any) -> tuple[int, tuple[int, ...], str]:
+    """``(B, sorted ratios > 1, cache_dtype)`` of a config (None: DSv4-Flash defaults)."""
+    cfg = DequantGatherConfig() if config is None else config
+    where = "dequant_gather warmup config"
+    b = getattr(cfg, "cache_block_size", None)
+    if isinstance(b, bool) or not isinstance(b, int) or b < 0:
+        raise input_error(where, "cache_block_size", "an int >= 0", repr(b))
+    ratios = getattr(cfg, "compress_ratios", None)
+    if not isinstance(ratios, Iterable) or not all(isinstance(r, int) and r >= 0 for r in ratios):
+        raise input_error(where, "compress_ratios", "ints >= 0 (0: sliding-window only)", repr(ratios))
+    dtype = getattr(cfg, "cache_dtype", "fp8_ds_mla")
+    if dtype not in CACHE_DTYPES:
+        raise input_error(where, "cache_dtype", f"one of {', '.join(CACHE_DTYPES)}", repr(dtype))
+    return b, tuple(sorted({r for r in ratios if r > 1})), dtype
+
+
+def warmup_block_sizes(config: Any, ratio: int | None = None) -> list[tuple[int, bool]]:
+    """``(block_size, has_gather_lens)`` pairs of spec K3 for a config (one layer if ``ratio``).
+
+    Every layer gathers its sliding window ``(B, True)``; a compressed layer of ratio R also
+    gathers its compressed entries ``(max(1, B // R), False)``. B = 0 or a cache that is not
+    fp8_ds_mla: none.
+    """
+    b, ratios, dtype = config_fields(config)
+    if b == 0 or dtype != "fp8_ds_mla":
+        return []
+    if ratio is not None:
+        ratios = (ratio,) if ratio > 1 else ()
+    out = [(b, True)] + [(max(1, b // r), False) for r in ratios]
+    return list(dict.fromkeys(out))
+
+
+def check_dequant_gather_values(
+    out: torch.Tensor,
+    k_cache: torch.Tensor,
+    seq_lens: torch.Tensor,
+    gather_lens: torch.Tensor | None,
+    block_table: torch.Tensor,
+    offset: int,
+) -> None:
+    """Debug checks (device reads, spec K3): ``0 <= G <= L``, ``offset + G <= M``,
+    ``ceil(L / bs) <= max_blocks`` (via the reference's checks) and every page id the call will
+    read in ``[0, num_pages)``. Entries past ``ceil(L / bs)`` (padding) are not looked at."""
+    check_dequant_gather_inputs(out, k_cache, seq_lens, gather_lens, block_table, k_cache.shape[1], offset,
+                                debug_checks=True)
+    nreq = seq_lens.shape[0]
+    if nreq == 0 or block_table.shape[1] == 0:
+        return
+    bs = k_cache.shape[1]
+    length = seq_lens.to(torch.int64)
+    g = length if gather_lens is None else gather_lens.to(torch.int64)
+    lo = (length - g) // bs                       # first block holding one of the last G entries
+    hi = torch.where(g > 0, (length + bs - 1) // bs, lo)
+    j = torch.arange(block_table.shape[1], device=block_table.device)
+    used = (j[None, :] >= lo[:, None]) & (j[None, :] < hi[:, None])
+    check_values_in_range(KERNEL, "block_table", block_table[used], 0, k_cache.shape[0])
+
+
+class DequantGatherBase(JitKernel["DequantGatherBase.CompileKey"]):
+    """Contract half of K3; a backend class adds the kernel, its launch arguments and device rule."""
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        #: Entries per page (``k_cache.shape[1]``): B for the sliding window, max(1, B // R) compressed.
+        block_size: int
+        #: An explicit ``gather_lens`` (the last G entries); None gathers all L entries.
+        has_gather_lens: bool
+
+    def dispatch(self, k_cache, gather_lens):
+        return self.CompileKey(block_size=k_cache.shape[1], has_gather_lens=gather_lens is not None)
+
+    def get_warmup_keys(self, config: Any = None) -> list[CompileKey]:
+        """Spec K3: ``[(B, True)] + [(max(1, B // R), False) for R in sorted ratios > 1]``."""
+        return self.layer_warmup_keys(config)
+
+    def layer_warmup_keys(self, config: Any = None, ratio: int | None = None) -> list[CompileKey]:
+        """The keys one layer of compress ratio ``ratio`` needs (all layers when None)."""
+        pairs = warmup_block_sizes(config, ratio)
+        if not pairs:
+            return []
+        rows = [dict(k_cache=Like(shape=(1, bs, DS_ENTRY_BYTES)), gather_lens=Like(shape=(1,)) if g else None)
+                for bs, g in pairs]
+        return list(dict.fromkeys(self.trace(zip_inputs(*rows))))
+
+    # ------------------------------------------------------------------ per backend
+    def check_device(self, k_cache: torch.Tensor) -> None:
+        """Backend-specific device rule (spec §2.10): raise if the tensors cannot run here."""
+        raise NotImplementedError
+
+    def default_debug_checks(self) -> bool:
+        """Whether value checks run when the caller does not say (backend-specific)."""
+        return False
+
+    def launch_args(
+        self,
+        key: CompileKey,
+        out: torch.Tensor,
+        k_cache: torch.Tensor,
+        seq_lens: torch.Tensor,
+        gather_lens: torch.Tensor | None,
+        block_table: torch.Tensor,
+        offset: int,
+    ) -> tuple[Any, ...]:
+        """The executor's arguments for one call."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the call
+    @kernel_launcher
+    def __call__(
+        self,
+        out: torch.Tensor,
+        k_cache: torch.Tensor,
+        seq_lens: torch.Tensor,
+        gather_lens: torch.Tensor | None,
+        block_table: torch.Tensor,
+        block_size: int,
+        offset: int = 0,
+        *,
+        debug_checks: bool | None = None,
+    ) -> Any:
+        """Write ``out[b, offset + i]`` for ``i < G_b`` (spec K3); returns ``out``.
+
+        Metadata checks always run (host only); with ``debug_checks`` the value checks of spec
+        K3 run too (device reads). Nothing is launched before every check passed.
+        """
+        tensors = {"out": out, "k_cache": k_cache, "seq_lens": seq_lens, "gather_lens": gather_lens,
+                   "block_table": block_table}
+        for arg, t in tensors.items():
+            if t is not None or arg != "gather_lens":
+                check_tensor(KERNEL, arg, t)
+        nreq = check_dequant_gather_inputs(
+            out, k_cache, seq_lens, gather_lens, block_table, block_size, offset, debug_checks=False
+        )
+        self.check_device(k_cache)
+        rows = out.shape[1]
+        if nreq > MAX_GRID_Y:
+            raise input_error(KERNEL, "seq_lens", f"at most {MAX_GRID_Y} requests", nreq)
+        if rows >= _I32:
+            raise input_error(KERNEL, "out", f"shape[1] < {_I32}", f"shape {tuple(out.shape)}")
+        if offset >= _I32:
+            raise input_error(KERNEL, "offset", f"an int < {_I32}", offset)
+        if block_table.stride(0) >= _I32:
+            raise input_error(KERNEL, "block_table", f"stride(0) < {_I32}", f"strides {block_table.stride()}")
+        if self.default_debug_checks() if debug_checks is None else debug_checks:
+            check_dequant_gather_values(out, k_cache, seq_lens, gather_lens, block_table, offset)
+        if nreq == 0 or offset >= rows:
+            return Immediate(out)  # nothing to write (offset == M leaves room for G == 0 only)
+        key = self.dispatch(k_cache, gather_lens)
+        return key, self.launch_args(key, out, k_cache, seq_lens, gather_lens, block_table, offset), out

@@ -1,0 +1,185 @@
+"""Triton backend of K3: dequantize-and-gather of the fp8_ds_mla K cache (spec K3, §2.5).
+
+Grid ``(splits, nreq)``: program ``(s, b)`` writes output rows ``[s * rows_per_prog,
+(s + 1) * rows_per_prog) ∩ [0, G)`` of request ``b`` (at ``out[b, offset + i]``), in tiles of
+``ROWS`` rows. ``rows_per_prog`` is a runtime argument, so the same compiled code serves the GPU
+(a few tiles per program, many programs) and the CPU interpreter (one program per request, where
+every program instance costs Python time).
+
+Per row (entry ``tok = L - G + i`` at page ``block_table[b, tok // BS]``, slot ``o = tok % BS``):
+
+* nope: a ``[ROWS, 8, 64]`` tile of e4m3 bytes (block 7 masked off: 448 = 7 x 64), the 8 scale
+  bytes of the entry (the 8th, the pad, is never used), and the exact product
+  ``e4m3_val(byte) * 2**(sb - 127)`` in fp32 (both factors built from bits, no table, no cast).
+  The product is exact, so its bf16 bits are the fp32 bits' top half; an integer RNE step (a
+  no-op for the contract's scale bytes 105..254) keeps the result equal to the reference's
+  ``bf16(...)`` elsewhere too. The bits are stored through an int16 view: no float cast anywhere.
+* rope: 64 bf16 copied as int16 bit patterns.
+
+All addresses are int64 (``page * P`` exceeds 2**31 in a large cache). Only block-table entries
+``[ (L - G) // BS, ceil(L / BS) )`` are read, so padding entries (-1) never are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from dsv4kit.backends.triton import Const, FromKey, Ptr, Runtime, TritonJitKernel
+from dsv4kit.errors import input_error
+from dsv4kit.kernels.dequant_gather.common import DequantGatherBase
+from dsv4kit.kernels.dequant_gather.reference import KERNEL
+from dsv4kit.kernels.triton_numerics import bits, from_bits
+
+__all__ = ["DequantGatherTriton", "dequant_gather_kernel"]
+
+#: Rows per tile and warps per program on the GPU (the launch configuration of every key).
+ROWS = 8
+NUM_WARPS = 4
+
+NOPE: tl.constexpr = tl.constexpr(448)
+TOKEN_BYTES: tl.constexpr = tl.constexpr(576)
+HEAD: tl.constexpr = tl.constexpr(512)
+
+
+@triton.jit
+def _e4m3_value(b):
+    """Exact fp32 value of e4m3fn bytes ``b`` (uint32 in [0, 256)); the NaN codes decode to ±480."""
+    sign = (b & 0x80) << 24
+    em = b & 0x7F
+    # Normal: fp32 exponent E - 7 + 127 = E + 120, mantissa M in the top 3 bits: (em << 20) + (120 << 23).
+    normal = from_bits(sign | ((em << 20) + 0x3C000000))
+    # Subnormal (E == 0): M * 2**-9, exact in fp32; the sign bit is or-ed in (so 0x80 -> -0.0).
+    sub = from_bits(bits((em & 7).to(tl.float32) * 0.001953125) | sign)
+    return tl.where(em >= 8, normal, sub)
+
+
+@triton.jit
+def _bf16_bits(x):
+    """bf16 bit pattern (int16) of the fp32 ``x`` rounded to nearest even with integer ops."""
+    u = bits(x)
+    u = u + 0x7FFF + ((u >> 16) & 1)
+    return (u >> 16).to(tl.uint16).to(tl.int16, bitcast=True)
+
+
+@triton.jit(
+    do_not_specialize=["bt_stride", "rows_per_req", "offset", "page_stride", "rows_per_prog"],
+    do_not_specialize_on_alignment=["seq_lens_ptr", "gather_lens_ptr", "block_table_ptr"],
+)
+def dequant_gather_kernel(
+    out_ptr,            # bf16 [>= nreq, rows_per_req, 512], contiguous (written as int16 bits)
+    cache_ptr,          # uint8 fp8_ds_mla pages, page p at byte p * page_stride
+    seq_lens_ptr,       # int32 [nreq]
+    gather_lens_ptr,    # int32 [nreq] (a placeholder when HAS_GATHER_LENS is false)
+    block_table_ptr,    # int32 [nreq, *], unit column stride
+    bt_stride: tl.int32,
+    rows_per_req: tl.int32,
+    offset: tl.int32,
+    page_stride: tl.int64,
+    rows_per_prog: tl.int32,
+    BLOCK_SIZE: tl.constexpr,
+    HAS_GATHER_LENS: tl.constexpr,
+    ROWS: tl.constexpr,
+):
+    split = tl.program_id(0)
+    b = tl.program_id(1)
+    seq_len = tl.load(seq_lens_ptr + b)
+    if HAS_GATHER_LENS:
+        g = tl.load(gather_lens_ptr + b)
+    else:
+        g = seq_len
+    first = seq_len - g                 # entry of output row 0
+    start = split * rows_per_prog
+    end = tl.minimum(start + rows_per_prog, g)
+
+    cache16 = cache_ptr.to(tl.pointer_type(tl.int16), bitcast=True)
+    out16 = out_ptr.to(tl.pointer_type(tl.int16), bitcast=True)
+    # P is a multiple of 576 = 9 * 64 (§2.5, checked on the host): page bases are built as
+    # page * (P / 64) * 64 so that the compiler sees 64-byte alignment and vectorizes.
+    page_stride64 = page_stride // 64
+    bt_row = block_table_ptr + b.to(tl.int64) * bt_stride
+
+    r = tl.arange(0, ROWS)
+    blk = tl.arange(0, 8)
+    lane = tl.arange(0, 64)
+    nope_mask = (blk < 7)[None, :, None]
+    col = blk[:, None] * 64 + lane[None, :]                        # [8, 64] dims (block 7: unused)
+
+    r0 = start
+    while r0 < end:  # (a while loop: the interpreter cannot range() over loaded scalars)
+        i = r0 + r
+        ok = i < end
+        tok = first + i
+        page = tl.load(bt_row + tok // BLOCK_SIZE, mask=ok, other=0).to(tl.int64)
+        slot = (tok % BLOCK_SIZE).to(tl.int64)
+        page64 = page * page_stride64
+        entry = page64 * 64 + slot * TOKEN_BYTES                   # byte offset of the 576 data bytes
+        scale_at = page64 * 64 + BLOCK_SIZE * TOKEN_BYTES + slot * 8
+        rope_at = page64 * 32 + slot * (TOKEN_BYTES // 2) + NOPE // 2   # int16 units
+        out_row = ((b.to(tl.int64) * rows_per_req + offset + i) * HEAD)   # element offset of the row
+
+        m3 = ok[:, None, None] & nope_mask
+        codes = tl.load(cache_ptr + entry[:, None, None] + col[None, :, :], mask=m3, other=0)
+        # All 8 bytes (one aligned 8-byte load); the 8th is the pad byte and scales block 7,
+        # which is never stored.
+        sb = tl.load(cache_ptr + scale_at[:, None] + blk[None, :], mask=ok[:, None], other=127)
+        scale = from_bits(sb.to(tl.uint32) << 23)                   # 2**(sb - 127), exact
+        val = _e4m3_value(codes.to(tl.uint32)) * scale[:, :, None]  # exact product
+        tl.store(out16 + out_row[:, None, None] + col[None, :, :], _bf16_bits(val), mask=m3)
+
+        rope = tl.load(cache16 + rope_at[:, None] + lane[None, :], mask=ok[:, None])
+        tl.store(out16 + out_row[:, None] + NOPE + lane[None, :], rope, mask=ok[:, None])
+        r0 += ROWS
+
+
+class DequantGatherTriton(DequantGatherBase, TritonJitKernel["DequantGatherBase.CompileKey"]):
+    """K3, Triton backend (GPU, or the interpreter on CPU)."""
+
+    kernel_fn = dequant_gather_kernel
+    params = {
+        "out_ptr": Ptr(torch.bfloat16),            # 16-byte aligned: checked (spec K3)
+        "cache_ptr": Ptr(torch.uint8),             # 32-byte aligned: checked (§2.10)
+        "seq_lens_ptr": Ptr(torch.int32, aligned=False),
+        "gather_lens_ptr": Ptr(torch.int32, aligned=False),
+        "block_table_ptr": Ptr(torch.int32, aligned=False),
+        "bt_stride": Runtime(),
+        "rows_per_req": Runtime(),
+        "offset": Runtime(),
+        "page_stride": Runtime(),
+        "rows_per_prog": Runtime(),
+        "BLOCK_SIZE": FromKey("block_size"),
+        "HAS_GATHER_LENS": FromKey("has_gather_lens"),
+        "ROWS": Const(ROWS),
+    }
+
+    #: Output rows one GPU program covers (``ROWS``-row tiles); a runtime value, so no recompile.
+    gpu_rows_per_program: int = 4 * ROWS
+
+    def launch_options(self, key: DequantGatherBase.CompileKey) -> dict[str, Any]:
+        return {"num_warps": NUM_WARPS}
+
+    def grid(self, key: DequantGatherBase.CompileKey, args: Mapping[str, Any]) -> tuple[int, ...]:
+        free_rows = args["rows_per_req"] - args["offset"]   # >= max G (offset + G <= M)
+        return (triton.cdiv(free_rows, args["rows_per_prog"]), args["seq_lens_ptr"].shape[0])
+
+    def check_device(self, k_cache: torch.Tensor) -> None:
+        want = "cuda" if self.platform.is_cuda else "cpu"
+        if k_cache.device.type != want:
+            where = "Triton on the GPU" if want == "cuda" else "the Triton interpreter (no CUDA here)"
+            raise input_error(KERNEL, "k_cache", f"a {want} tensor ({where})", k_cache.device)
+
+    def default_debug_checks(self) -> bool:
+        # Under the interpreter a bad page id would read arbitrary host memory (a crash, not a
+        # wrong answer), and value checks cost nothing there; on the GPU they are opt-in.
+        return not self.platform.is_cuda
+
+    def launch_args(self, key, out, k_cache, seq_lens, gather_lens, block_table, offset) -> tuple[Any, ...]:
+        rows = out.shape[1]
+        # One program per request under the interpreter (each program instance costs Python time).
+        per_prog = self.gpu_rows_per_program if self.platform.is_cuda else max(rows - offset, 1)
+        return (out, k_cache, seq_lens, seq_lens if gather_lens is None else gather_lens, block_table,
+                block_table.stride(0), rows, offset, k_cache.stride(0), per_prog)
