@@ -11,7 +11,7 @@ Everything unmarked is stated directly by the spec for DSv4-Flash.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from dsv4kit.formats.ds_mla import ds_min_page_stride
 from dsv4kit.formats.rope import YarnConfig, yarn_correction_range
@@ -105,12 +105,16 @@ class ModelPreset:
     cache_block_size: int = 256  # default B
     rms_norm_eps: float = 1e-6  # ext (model config); 1e-6 in all tests
     rope: RopePreset = RopePreset(theta=10_000.0, yarn=None, max_pos=65_536 * 16)  # ext, plain RoPE
-    compress_rope: RopePreset = RopePreset(theta=160_000.0, yarn=YarnConfig(), max_pos=65_536 * 16)  # ext, YaRN
+    compress_rope: RopePreset = RopePreset(
+        theta=160_000.0, yarn=YarnConfig(), max_pos=65_536 * 16
+    )  # ext, YaRN
     fp8_max: float = 448.0
     model_dtype: str = "bfloat16"
     c4: CompressorPreset = CompressorPreset(ratio=4, head_dim=512, state_block_size=4)
     c128: CompressorPreset = CompressorPreset(ratio=128, head_dim=512, state_block_size=8)
     indexer: CompressorPreset = CompressorPreset(ratio=4, head_dim=128, state_block_size=4)
+    assumed: tuple[str, ...] = ()
+    """Names of fields whose value the spec does not state for this model (taken from DSv4-Flash)."""
 
     @property
     def indexer_softmax_scale(self) -> float:
@@ -160,12 +164,18 @@ class ModelPreset:
 DSV4_FLASH = ModelPreset(name="DSv4-Flash")
 """DSv4-Flash: every value as in spec §1."""
 
-DSV4_PRO = ModelPreset(name="DSv4-Pro", index_topk=1024)
+_PRO_STATED = ("name", "index_topk", "assumed")
+
+DSV4_PRO = ModelPreset(
+    name="DSv4-Pro",
+    index_topk=1024,
+    assumed=tuple(f.name for f in fields(ModelPreset) if f.name not in _PRO_STATED),
+)
 """DSv4-Pro: the spec states only ``index_topk = 1024``.
 
 All other fields (dims, heads, layers, ratios, window, RoPE/YaRN, block sizes, eps) are
-**assumed** equal to DSv4-Flash because the spec is silent about them; treat them as
-placeholders until a Pro model config is checked.
+**assumed** equal to DSv4-Flash because the spec is silent about them (listed in
+``DSV4_PRO.assumed``); treat them as placeholders until a Pro model config is checked.
 """
 
 PRESETS: dict[str, ModelPreset] = {p.name: p for p in (DSV4_FLASH, DSV4_PRO)}

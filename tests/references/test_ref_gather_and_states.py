@@ -112,9 +112,18 @@ def test_k3_bad_inputs() -> None:
         ((out, cache, sl, None, bt, 4, -1), "offset: expected an int >= 0"),
         ((out, cache, sl, sl + 1, bt, 4, 0), "gather_lens: expected 0 <= G <= L"),
         ((out, cache, sl, None, bt, 4, 4), "out: expected offset \\+ G <= M"),
-        ((out, cache, torch.tensor([9, 3], dtype=torch.int32), sl - 3, bt, 4, 0), "block_table: expected ceil"),
-        ((out, cache, sl, None, torch.tensor([[0, 7], [1, -1]], dtype=torch.int32), 4, 0), "block_table: expected"),
-        ((out, torch.zeros(2, 4, 584, dtype=torch.uint8), sl, None, bt, 4, 0), "k_cache: expected page stride"),
+        (
+            (out, cache, torch.tensor([9, 3], dtype=torch.int32), sl - 3, bt, 4, 0),
+            "block_table: expected ceil",
+        ),
+        (
+            (out, cache, sl, None, torch.tensor([[0, 7], [1, -1]], dtype=torch.int32), 4, 0),
+            "block_table: expected",
+        ),
+        (
+            (out, torch.zeros(2, 4, 584, dtype=torch.uint8), sl, None, bt, 4, 0),
+            "k_cache: expected page stride",
+        ),
     ]
     for args, msg in cases:
         with pytest.raises(KernelInputError, match=f"{name}: {msg}"):
@@ -149,9 +158,12 @@ def test_k4_matches_loop(sw: int, ratio: int, sbs: int, t: int) -> None:
             continue
         want[s // sbs, s % sbs, :sw] = kv[i]
         for d in range(0, sw, max(1, sw // 8)):  # scalar restatement on a sample of columns
-            assert state[s // sbs, s % sbs, sw + d].item() == (
-                torch.tensor(score[i, d].item()) + torch.tensor(ape[int(positions[i]) % ratio, d].item())
-            ).item()
+            assert (
+                state[s // sbs, s % sbs, sw + d].item()
+                == (
+                    torch.tensor(score[i, d].item()) + torch.tensor(ape[int(positions[i]) % ratio, d].item())
+                ).item()
+            )
         want[s // sbs, s % sbs, sw:] = score[i] + ape[int(positions[i]) % ratio]
     assert torch.equal(state.view(torch.int32), want.view(torch.int32))  # NaN sentinels untouched
 
@@ -174,7 +186,10 @@ def test_k4_t0_and_bad_inputs() -> None:
         ((kv, score, ape, pos, state, slots.int(), sbs, sw, r), "slot_mapping: expected dtype int64"),
         ((kv, score, ape, pos, state, slots, 8, sw, r), "state_block_size: expected"),
         ((kv, score, ape, pos, state, slots, sbs, sw, 8), "compress_ratio: expected 4 or 128"),
-        ((kv, score, ape, pos, allocate_state_cache(4, sbs, 128), slots, sbs, sw, r), "state_cache: expected shape"),
+        (
+            (kv, score, ape, pos, allocate_state_cache(4, sbs, 128), slots, sbs, sw, r),
+            "state_cache: expected shape",
+        ),
         ((kv, score, ape, pos, state.double(), slots, sbs, sw, r), "state_cache: expected dtype float32"),
         ((kv, score, ape, pos, state, torch.tensor([0, 16, 1]), sbs, sw, r), "slot_mapping: expected values"),
         ((kv, score, ape, pos, state, torch.tensor([0, 0, 1]), sbs, sw, r), "slot_mapping: expected unique"),
