@@ -232,15 +232,26 @@ def _describe_hook(fn: JITFunction, compile_info: Mapping[str, Any]) -> str:
 
 
 _INTERP_LOCK = threading.RLock()
-_INTERPRETED: dict[JITFunction, InterpretedFunction] = {}
+# Keyed by id: hashing a JITFunction computes its cache key, which walks its globals and
+# fails while the interpreter has triton.language patched (e.g. tl.max inside a helper).
+_INTERPRETED: dict[int, InterpretedFunction] = {}
 
 
 def _interpreted(fn: JITFunction) -> InterpretedFunction:
-    f = _INTERPRETED.get(fn)
+    f = _INTERPRETED.get(id(fn))
     if f is None:
-        f = _INTERPRETED[fn] = InterpretedFunction(fn.fn, do_not_specialize=fn.do_not_specialize,
+        f = _INTERPRETED[id(fn)] = InterpretedFunction(fn.fn, do_not_specialize=fn.do_not_specialize,
                                                    do_not_specialize_on_alignment=fn.do_not_specialize_on_alignment)
     return f
+
+
+def _lang_namespaces() -> tuple[Any, ...]:
+    import triton.language as tl
+
+    return (tl, tl.core, tl.math, tl.core.tensor, tl.core.tensor_descriptor_base)
+
+
+_LANG_NAMESPACES = _lang_namespaces()
 
 
 @contextlib.contextmanager
@@ -253,6 +264,10 @@ def _interpreting() -> Iterator[None]:
     """
     with _INTERP_LOCK:
         original = JITFunction.__call__
+        # The interpreter patches triton.language while it runs; a helper call patches it again
+        # and never restores (triton 3.6), which would break every later AOT compile. Snapshot
+        # the patched namespaces and put them back exactly.
+        snapshot = [(obj, dict(vars(obj))) for obj in _LANG_NAMESPACES]
 
         def call(self: JITFunction, *args: Any, **kwargs: Any) -> Any:
             return _interpreted(self)(*args, **kwargs)
@@ -262,6 +277,12 @@ def _interpreting() -> Iterator[None]:
             yield
         finally:
             JITFunction.__call__ = original  # type: ignore[method-assign]
+            for obj, saved in snapshot:
+                for name in set(vars(obj)) - set(saved):
+                    delattr(obj, name)
+                for name, value in saved.items():
+                    if vars(obj).get(name) is not value:
+                        setattr(obj, name, value)
 
 
 # --------------------------------------------------------------------------- monitor hooks
@@ -390,6 +411,16 @@ class TritonJitKernel(JitKernel[K]):
     def grid(self, key: K, args: Mapping[str, Any]) -> tuple[int, ...]:
         """The launch grid of ``key`` for the call's arguments (by parameter name)."""
         raise NotImplementedError(f"{self.name}: grid(key, args) is the kernel's to define")
+
+    def interpreter_constexprs(self, key: K) -> dict[str, Any]:
+        """Constexpr overrides for runs under the CPU interpreter only (default: none).
+
+        The interpreter spends ~10-20 ms of Python per program instance, so a kernel whose
+        GPU launch uses tiny programs may let each interpreted program cover more rows. Only
+        the amount of work per program may change, never per-element arithmetic; ``grid``
+        must agree. Compiles and the specialization check still use the key's values.
+        """
+        return {}
 
     # ------------------------------------------------------------------ the contract check
     @classmethod
@@ -565,8 +596,10 @@ class TritonJitKernel(JitKernel[K]):
             seen = self.variant(key, args)
             if seen != variant:
                 _report(self, fn.fn.__name__, seen, "triton")
+            overrides = self.interpreter_constexprs(key)
+            run_args = [overrides.get(p.name, a) for p, a in zip(fn.params, args, strict=True)]
             grid = self.grid(key, self._named(call_args))
             with _interpreting():
-                _interpreted(fn)[grid](*args, **options)
+                _interpreted(fn)[grid](*run_args, **options)
 
         return run

@@ -76,8 +76,9 @@ def _fp8_kernel(mPos, mQ, mCS, mW, mQout, mWout, num_rows: Int32, ss: Float32, h
             # D1: floor before dividing; multiply by fl(1/448) (§2.1: same clog2 as / 448).
             e = clog2(mul_rn(cute.arch.fmax(amax, Float32(1e-4)), Float32(1.0 / 448.0)))
             inv = pow2(-e)
-            packed = (e4m3_byte(mul_rn(y0, inv)) | (e4m3_byte(mul_rn(y1, inv)) << Uint32(8))
-                      | (e4m3_byte(mul_rn(y2, inv)) << Uint32(16)) | (e4m3_byte(mul_rn(y3, inv)) << Uint32(24)))
+            b0, b1 = e4m3_byte(mul_rn(y0, inv)), e4m3_byte(mul_rn(y1, inv))
+            b2, b3 = e4m3_byte(mul_rn(y2, inv)), e4m3_byte(mul_rn(y3, inv))
+            packed = b0 | (b1 << Uint32(8)) | (b2 << Uint32(16)) | (b3 << Uint32(24))
             mQout[row, lane] = packed.bitcast(Int32)
             if lane == 0:
                 w = mW[row].to(Float32)

@@ -42,10 +42,16 @@ def _load_rotated(q_ptr, pos_ptr, cs_ptr, rows, ok, NUM_HEADS: tl.constexpr, ROW
     return nope, y_e, y_o
 
 
-@triton.jit
+# Only the row count varies per call and it is never specialized (spec §2.11); the small
+# per-token arrays may start anywhere, so their alignment is not specialized either.
+_UNSPECIALIZED = dict(do_not_specialize=["num_rows"],
+                      do_not_specialize_on_alignment=["pos_ptr", "cs_ptr", "w_ptr", "w_out_ptr"])
+
+
+@triton.jit(**_UNSPECIALIZED)
 def indexer_q_fp8_kernel(
     pos_ptr, q_ptr, cs_ptr, w_ptr, q_out_ptr, w_out_ptr,
-    num_rows, softmax_scale, head_scale,
+    num_rows: tl.int32, softmax_scale: tl.float32, head_scale: tl.float32,
     NUM_HEADS: tl.constexpr, ROWS: tl.constexpr,
 ):
     """K1: q_out bytes (e4m3fn as uint8) and weights_out = w * 2^e * ss * hs, per (token, head)."""
@@ -84,10 +90,10 @@ def _mx_pack(vals, e, ROWS: tl.constexpr):
     return (lo | (hi << 4)).to(tl.uint8)
 
 
-@triton.jit
+@triton.jit(**_UNSPECIALIZED)
 def indexer_q_mxfp4_kernel(
     pos_ptr, q_ptr, cs_ptr, w_ptr, q_out_ptr, scale_out_ptr, w_out_ptr,
-    num_rows, softmax_scale, head_scale,
+    num_rows: tl.int32, softmax_scale: tl.float32, head_scale: tl.float32,
     NUM_HEADS: tl.constexpr, ROWS: tl.constexpr,
 ):
     """K2: packed E2M1 codes [.., 64] bytes, 4 ue8m0 bytes as one int32, unscaled weights."""
