@@ -107,16 +107,22 @@ def check_plain_cache(kernel: str, arg: str, cache: torch.Tensor) -> None:
         raise input_error(kernel, arg, "strides (k*16, 512, 1)", f"strides {(s0, s1, s2)}")
 
 
-def check_fp8_scale(kernel: str, cache: torch.Tensor, fp8_scale: torch.Tensor | None) -> None:
-    """``fp8_scale`` required iff the cache is e4m3: fp32 ``[1]``, value > 0 and finite (K6)."""
+def check_fp8_scale(
+    kernel: str, cache: torch.Tensor, fp8_scale: torch.Tensor | None, *, check_value: bool = True
+) -> None:
+    """``fp8_scale`` required iff the cache is e4m3: fp32 ``[1]``, value > 0 and finite (K6).
+
+    The value check reads device memory; pass ``check_value=False`` for metadata-only checks.
+    """
     if cache.dtype == torch.float8_e4m3fn:
         if fp8_scale is None:
             raise input_error(kernel, "fp8_scale", "a [1] fp32 tensor for an e4m3 cache", None)
         check_dtype(kernel, "fp8_scale", fp8_scale, torch.float32)
         check_shape(kernel, "fp8_scale", fp8_scale, (1,))
-        v = float(fp8_scale[0])
-        if not (v > 0.0 and v != float("inf")):
-            raise input_error(kernel, "fp8_scale", "a finite value > 0", v)
+        if check_value:
+            v = float(fp8_scale[0])
+            if not (v > 0.0 and v != float("inf")):
+                raise input_error(kernel, "fp8_scale", "a finite value > 0", v)
     elif fp8_scale is not None:
         raise input_error(kernel, "fp8_scale", f"None for a {dtype_name(cache.dtype)} cache", "a tensor")
 

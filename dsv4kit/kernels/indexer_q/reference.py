@@ -114,6 +114,11 @@ def indexer_q_fp8_reference(
 
     ``weights_out = fl(fl(fl(w * pow2(e)) * ss) * hs)`` with ``ss = fl(softmax_scale)``,
     ``hs = fl(head_scale)`` (the fold order is fixed by the spec).
+
+    Signed zeros follow the IEEE formulas exactly: for an all-zero ``index_q`` the rope dims are
+    ``fl(0*c) - fl(0*s)`` / ``fl(0*c) + fl(0*s)``, which is -0 (byte 0x80) where the cos/sin signs
+    make it so. The spec's "zero regime -> all bytes 0" is read as "nope bytes 0, rope bytes
+    +-0"; the formulas are what D2 bit-exactness is checked against.
     """
     kernel = "indexer_q_fp8"
     t = check_indexer_q_inputs(kernel, positions, index_q, cos_sin_cache, index_weights)
