@@ -19,11 +19,15 @@ __all__ = [
 ]
 
 
+def _short(value: object) -> str:
+    return str(value).removeprefix("torch.")
+
+
 def format_key(key: object) -> str:
     """``Key(a=1, dtype=torch.float32)`` → ``(a=1, dtype=float32)``: short, one line."""
     if not dataclasses.is_dataclass(key):
         return repr(key)
-    parts = (f"{f.name}={str(getattr(key, f.name)).removeprefix('torch.')}" for f in dataclasses.fields(key))
+    parts = (f"{f.name}={_short(getattr(key, f.name))}" for f in dataclasses.fields(key))
     return "(" + ", ".join(parts) + ")"
 
 
@@ -55,7 +59,8 @@ class UnwarmedKeyError(RuntimeError):
         if nearest is None:
             hint = "no key of this kernel was warmed"
         else:
-            fields = ", ".join(f"{name}: warmed {w!r}, requested {r!r}" for name, (w, r) in diff.items())
+            fields = ", ".join(f"{name}: warmed {_short(w)}, requested {_short(r)}"
+                               for name, (w, r) in diff.items())
             hint = f"nearest warmed key {format_key(nearest)} differs in {fields}"
         super().__init__(f"{kernel}: compile after warmup for unwarmed key {format_key(key)}; {hint}")
 
