@@ -1,0 +1,94 @@
+"""Timing harness for GPU benchmarks: copy-bandwidth ceiling, medians, provenance, result files.
+
+Every benchmark script reports bandwidth from an explicit bytes model against the copy
+bandwidth measured in the same run, so a number is never compared with a datasheet.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import json
+import os
+import platform as _platform
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["bench_median_ms", "copy_bandwidth_gbs", "provenance", "write_csv", "write_json"]
+
+
+def provenance(extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Device, versions, date and commit of this run (``DSV4KIT_COMMIT`` wins over git)."""
+    commit = os.environ.get("DSV4KIT_COMMIT")
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                    check=False).stdout.strip() or "unknown"
+        except OSError:
+            commit = "unknown"
+    info: dict[str, Any] = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "commit": commit,
+        "python": _platform.python_version(),
+        "torch": torch.__version__,
+    }
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    try:
+        from importlib.metadata import version
+
+        info["nvidia-cutlass-dsl"] = version("nvidia-cutlass-dsl")
+    except Exception:
+        info["nvidia-cutlass-dsl"] = None
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        info.update(device=p.name, sm=f"{p.major}.{p.minor}", sms=p.multi_processor_count,
+                    memory_gib=round(p.total_memory / 2**30, 1), cuda=torch.version.cuda)
+    else:
+        info["device"] = "cpu"
+    info.update(extra or {})
+    return info
+
+
+def bench_median_ms(fn: Callable[[], Any], *, graph: bool = True, rep_ms: int = 200) -> float:
+    """Median time of ``fn`` in ms: CUDA-graph replays when possible (no launch gaps), else events."""
+    from triton.testing import do_bench, do_bench_cudagraph
+
+    if graph:
+        try:
+            return float(do_bench_cudagraph(fn, rep=rep_ms, return_mode="median"))
+        except Exception:  # some launchers cannot be captured; fall back to plain events
+            torch.cuda.synchronize()
+    return float(do_bench(fn, warmup=25, rep=rep_ms, return_mode="median"))
+
+
+def copy_bandwidth_gbs(nbytes: int = 2 << 30) -> float:
+    """Device-to-device copy bandwidth in GB/s (bytes read + written), median of many copies."""
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    ms = bench_median_ms(lambda: dst.copy_(src), graph=False, rep_ms=400)
+    return 2 * nbytes / (ms * 1e-3) / 1e9
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def write_csv(path: str | Path, rows: Sequence[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    names = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=names)
+        w.writeheader()
+        w.writerows(rows)
