@@ -85,7 +85,8 @@ def test_exhaustive_table(kernel) -> None:
         want = table[codes] * torch.exp2(sb - 127).repeat_interleave(64)
         row = got[0, case.offset + t]
         assert torch.equal(row[:448].view(torch.int16), want.to(torch.bfloat16).view(torch.int16))
-        assert torch.equal(row[448:].view(torch.uint8), data[base + 576 * (t % bs) + 448: base + 576 * (t % bs) + 576])
+        entry = base + 576 * (t % bs)
+        assert torch.equal(row[448:].view(torch.uint8), data[entry + 448 : entry + 576])
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -205,7 +205,8 @@ def table_case(scale_bytes: tuple[int, ...] = (105, 127, 200, 254)) -> GatherCas
             nope = torch.cat((rot, rot))[:DS_NOPE_DIM]
             sb = torch.full((7,), s, dtype=torch.uint8)
             if r is None:  # mixed scales across the blocks of one entry
-                sb = torch.tensor([scale_bytes[(i + t) % len(scale_bytes)] for i in range(7)], dtype=torch.uint8)
+                mixed = [scale_bytes[(i + t) % len(scale_bytes)] for i in range(7)]
+                sb = torch.tensor(mixed, dtype=torch.uint8)
             rope = torch.randint(0, 256, (DS_TOKEN_BYTES - DS_NOPE_DIM,), generator=gen).to(torch.uint8)
             data[t // bs, t % bs] = torch.cat((nope, rope))
             scales[t // bs, t % bs] = torch.cat((sb, torch.zeros(1, dtype=torch.uint8)))
