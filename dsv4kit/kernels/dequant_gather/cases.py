@@ -27,6 +27,8 @@ __all__ = [
     "E4M3_FINITE_CODES",
     "fill_random_bytes",
     "make_case",
+    "TraceCall",
+    "prefill_trace",
     "same_bits",
     "table_case",
 ]
@@ -218,3 +220,56 @@ def table_case(scale_bytes: tuple[int, ...] = (105, 127, 200, 254)) -> GatherCas
     assert DS_ENTRY_BYTES * bs <= k_cache.stride(0)
     return GatherCase(out, k_cache, torch.tensor([n_entries], dtype=torch.int32), None, bt, bs, 1,
                       label=f"exhaustive table, scale bytes {scale_bytes}")
+
+
+@dataclass(frozen=True)
+class TraceCall:
+    """One K3 call of a replayed prefill step: which layer kind asked, for what, and the inputs."""
+
+    step: int
+    layer: str        # "SWA" (sliding-window only), "C4" or "C128"
+    role: str         # "compressed" (offset 0, no gather_lens) or "window" (the last G tokens)
+    case: GatherCase
+
+
+def prefill_trace(
+    config: object = None,
+    *,
+    steps: int = 3,
+    max_len: int = 600,
+    max_requests: int = 3,
+    window: int = 128,
+    seed: int = 0,
+) -> list[TraceCall]:
+    """K3 calls a serving engine makes during ``steps`` prefill batches (spec K3 "Purpose").
+
+    Each batch has 1..``max_requests`` requests of context length 1..``max_len``. Per layer kind
+    (one call stands for every layer of that kind): a compressed layer of ratio R gathers its
+    ``N // R`` compressed entries into rows ``[0, N // R)`` (cache block size ``max(1, B // R)``),
+    then the last ``min(N, window)`` tokens of the sliding-window cache (block size B) at
+    ``offset`` = the batch's largest compressed count; a sliding-window-only layer gathers
+    the window at offset 0. Inputs are small random-byte caches (see :func:`make_case`).
+    """
+    from dsv4kit.kernels.dequant_gather.common import config_fields
+
+    b, ratios, dtype = config_fields(config)
+    if b == 0 or dtype != "fp8_ds_mla":
+        return []
+    rnd = torch.Generator().manual_seed(seed)
+    calls: list[TraceCall] = []
+    for step in range(steps):
+        nreq = int(torch.randint(1, max_requests + 1, (1,), generator=rnd))
+        lens = torch.randint(1, max_len + 1, (nreq,), generator=rnd).tolist()
+        glens = [min(n, window) for n in lens]
+        s = seed * 1000 + step * 10
+        calls.append(TraceCall(step, "SWA", "window",
+                               make_case(lens, glens, offset=0, block_size=b, content="bytes", seed=s)))
+        for i, r in enumerate(ratios):
+            comp = [n // r for n in lens]
+            calls.append(TraceCall(step, f"C{r}", "compressed",
+                                   make_case(comp, None, offset=0, block_size=max(1, b // r), content="bytes",
+                                             seed=s + 2 * i + 1)))
+            calls.append(TraceCall(step, f"C{r}", "window",
+                                   make_case(lens, glens, offset=max(comp), block_size=b, content="bytes",
+                                             seed=s + 2 * i + 2)))
+    return calls
