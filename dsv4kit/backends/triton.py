@@ -461,9 +461,10 @@ class TritonJitKernel(JitKernel[K]):
                 if ann in ("fp16", "bf16", "fp32", "fp64", "u1"):
                     continue  # Triton never specializes floats and bools
                 if not p.do_not_specialize:
-                    raise ContractError(f"{what}: Triton specializes ints on ==1 and %16, and the CompileKey "
-                                        "does not cover it: add it to do_not_specialize, or declare it "
-                                        "IntClass/FromKey")
+                    raise ContractError(f"{what}: Triton specializes on its value (an int on ==1, %16 and "
+                                        "i32/i64; a pointer on 16-byte alignment) and the CompileKey does "
+                                        "not cover it: add it to do_not_specialize, or declare it "
+                                        "IntClass/FromKey (a pointer: Ptr)")
                 if not ann:
                     raise ContractError(f"{what}: annotate it (e.g. `{p.name}: tl.int32`): without an "
                                         "annotation Triton picks i32 or i64 from the value")

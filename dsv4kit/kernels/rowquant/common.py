@@ -78,6 +78,10 @@ class RowQuantBase(JitKernel["RowQuantBase.CompileKey"]):
         scale = torch.empty((m, n // BLOCK), dtype=torch.float32, device=x.device)
         if m == 0:
             return Immediate((q, scale))
+        if m == 1 and x.stride(0) != n:
+            # A size-1 dim may carry any stride in torch (a row sliced out of a wider buffer),
+            # and Triton would specialize on it: canonicalize so one row never misses the key.
+            x = x.as_strided((1, n), (n, x.stride(1)))
         if x.stride(1) != 1 or (m > 1 and x.stride(0) < n):
             raise input_error(name, "x", "rows with unit stride, non-overlapping", f"strides {x.stride()}")
         if x.data_ptr() % 16:
