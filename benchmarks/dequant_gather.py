@@ -9,11 +9,12 @@ Writes to DIR:
                       untouched rows checked against the 0xA5 sentinel);
 * ``coverage.json``   warmup of the DSv4-Flash keys, then a replayed prefill trace under the JIT
                       monitor in ``error`` mode: compiles counted by Triton's and CuTeDSL's hooks;
-* ``bandwidth.csv``   a sweep of keys x requests x rows per request: median time (CUDA events via
-                      ``triton.testing.do_bench``, L2 flushed between runs), GB/s from the bytes
-                      model below, and the fraction of the device-to-device copy bandwidth
+* ``bandwidth.csv``   a sweep of keys x requests x rows per request: median time of CUDA-graph
+                      replays (``dsv4kit.bench``; no launch gaps) and of CUDA events with the L2
+                      flushed before each run (``do_bench``), GB/s from the bytes model below (of
+                      the graph median), and the fraction of the device-to-device copy bandwidth
                       measured in the same run; also the PyTorch reference and ``torch.compile``
-                      of it where they are affordable;
+                      of it (events, no graphs: they synchronize) where they are affordable;
 * ``bandwidth.png``   GB/s against rows gathered, per backend and key;
 * ``provenance.json`` device, versions, date, commit.
 
@@ -30,11 +31,8 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime
 import json
-import os
 import random
-import subprocess
 import sys
 import time
 import traceback
@@ -59,18 +57,6 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
-def commit() -> str:
-    env = os.environ.get("DSV4KIT_COMMIT")
-    if env:
-        return env
-    try:
-        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             check=False, timeout=10)
-        return out.stdout.strip() or "unknown"
-    except Exception:
-        return "unknown"
-
-
 def cutlass_available() -> tuple[bool, str]:
     try:
         import cutlass  # noqa: F401
@@ -80,9 +66,14 @@ def cutlass_available() -> tuple[bool, str]:
         return False, f"{type(exc).__name__}: {exc}"
 
 
-def bench_ms(fn, device: str, quick: bool) -> float:
-    """Median milliseconds of ``fn``: triton's do_bench on a GPU, wall clock on CPU."""
+def bench_ms(fn, device: str, quick: bool, graph: bool = True) -> float:
+    """Median milliseconds of ``fn``: on a GPU the harness's CUDA-graph replay (no launch gaps)
+    when ``graph``, else CUDA events with the L2 flushed before every run; wall clock on CPU."""
     if device == "cuda":
+        if graph:
+            from dsv4kit.bench import bench_median_ms
+
+            return bench_median_ms(fn, graph=True, rep_ms=50 if quick else 200)
         import triton.testing
 
         return float(triton.testing.do_bench(fn, warmup=10 if quick else 25, rep=40 if quick else 100,
@@ -95,12 +86,16 @@ def bench_ms(fn, device: str, quick: bool) -> float:
     return sorted(times)[1]
 
 
-def copy_bandwidth(device: str, nbytes: int, quick: bool) -> float:
-    """Device-to-device copy GB/s (read + write counted) of an ``nbytes`` buffer."""
-    src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device=device)
+def copy_bandwidth(device: str, quick: bool) -> float:
+    """Device-to-device copy GB/s (read + write counted), measured in this run."""
+    if device == "cuda":
+        from dsv4kit.bench import copy_bandwidth_gbs
+
+        return copy_bandwidth_gbs((512 << 20) if quick else (2 << 30))
+    src = torch.randint(0, 255, (1 << 20,), dtype=torch.uint8)
     dst = torch.empty_like(src)
     ms = bench_ms(lambda: dst.copy_(src), device, quick)
-    return 2 * nbytes / (ms * 1e-3) / 1e9
+    return 2 * src.numel() / (ms * 1e-3) / 1e9
 
 
 def random_cache(num_pages: int, bs: int, device: str, gen: torch.Generator, stride: int | None = None):
@@ -251,7 +246,7 @@ def section_coverage(ks, platform) -> dict:
 def section_bandwidth(ks, device: str, quick: bool, out_dir: Path) -> tuple[list[dict], float]:
     from dsv4kit.kernels.dequant_gather import dequantize_and_gather_k_cache_reference as ref
 
-    copy_gbps = copy_bandwidth(device, (256 if device == "cuda" else 1) << 20, quick)
+    copy_gbps = copy_bandwidth(device, quick)
     log(f"device-to-device copy: {copy_gbps:.0f} GB/s")
     keys = [(256, True), (64, False), (2, False)]
     if device == "cuda":
@@ -292,16 +287,23 @@ def section_bandwidth(ks, device: str, quick: bool, out_dir: Path) -> tuple[list
                             compiled_ref = None
                         compile_spent += time.perf_counter() - t_c
                 for name, fn in entries.items():
+                    is_kernel = name in ks
+                    err = ""
                     try:
-                        ms = bench_ms(fn, device, quick)
-                        err = ""
+                        ms = bench_ms(fn, device, quick, graph=is_kernel)
+                        cold = bench_ms(fn, device, quick, graph=False) if is_kernel else ms
                     except Exception as exc:
-                        ms, err = float("nan"), f"{type(exc).__name__}: {str(exc)[:120]}"
+                        ms = cold = float("nan")
+                        err = f"{type(exc).__name__}: {str(exc)[:120]}"
                     gbps = nbytes / (ms * 1e-3) / 1e9 if ms == ms else float("nan")
                     rows_out.append({"block_size": bs, "has_gather_lens": with_g, "nreq": nreq,
                                      "rows_per_request": rows, "rows": total, "bytes": nbytes, "impl": name,
                                      "median_us": ms * 1e3, "GBps": gbps,
-                                     "fraction_of_copy": gbps / copy_gbps, "error": err})
+                                     "fraction_of_copy": gbps / copy_gbps,
+                                     "median_us_events_l2_flushed": cold * 1e3,
+                                     "timing": "cuda-graph replay" if is_kernel and device == "cuda"
+                                     else ("events" if device == "cuda" else "cpu wall clock"),
+                                     "error": err})
                 del args
     with open(out_dir / "bandwidth.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows_out[0]))
@@ -355,17 +357,11 @@ def main() -> int:
         log("no CUDA device: this benchmark needs a GPU (use --cpu-smoke to test the script)")
         return 2
     device = "cuda" if platform.is_cuda else "cpu"
-    import triton
+    ok, _ = cutlass_available()
+    from dsv4kit.bench import provenance
 
-    ok, cutlass_version = cutlass_available()
-    prov = {
-        "kernel": "dequantize_and_gather_k_cache (K3)",
-        "device": platform.device_name, "arch": platform.arch,
-        "torch": torch.__version__, "triton": triton.__version__,
-        "cutlass_dsl": cutlass_version if ok else None, "python": sys.version.split()[0],
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": commit(), "live": True, "cpu_smoke": a.cpu_smoke,
-    }
+    prov = provenance({"kernel": "dequantize_and_gather_k_cache (K3)", "arch": platform.arch,
+                       "cutlass_importable": ok, "live": True, "cpu_smoke": a.cpu_smoke})
     (a.out / "provenance.json").write_text(json.dumps(prov, indent=1))
     log(json.dumps(prov))
     t0 = time.perf_counter()
