@@ -427,6 +427,10 @@ class TritonJitKernel(JitKernel[K]):
     def _validate_backend(cls) -> None:
         fn = getattr(cls, "kernel_fn", None)
         where = cls.__name__
+        if isinstance(fn, InterpretedFunction):
+            raise ContractError(f"{where}: kernel_fn was decorated while TRITON_INTERPRET=1; dsv4kit "
+                                "runs the interpreter itself on CPU and needs a JITFunction to compile "
+                                "ahead of time: unset TRITON_INTERPRET")
         if not isinstance(fn, JITFunction):
             raise ContractError(f"{where}: kernel_fn: expected a @triton.jit function, got {fn!r}")
         params = getattr(cls, "params", None)

@@ -1,5 +1,8 @@
 """TritonJitKernel: specialization rules, the key-coverage check, hooks, the interpreter path."""
 
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -232,6 +235,15 @@ def test_interpreter_reports_a_specialization_miss(rq_triton):
     with JitMonitor("warn") as mon:
         exe(*k.launch_args(x, q, s))  # warn mode: runs, and says so once
     assert [e.source for e in mon.events] == ["triton"]
+
+
+def test_triton_interpret_env_is_a_clear_error():
+    # TRITON_INTERPRET=1 at import turns @triton.jit into an InterpretedFunction, which cannot be
+    # compiled ahead of time; dsv4kit picks the interpreter itself, so say so at class creation.
+    code = "import dsv4kit.kernels.rowquant.triton"
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    assert r.returncode != 0 and "ContractError" in r.stderr and "unset TRITON_INTERPRET" in r.stderr
 
 
 def test_interpreter_scope_restores_jitfunction():

@@ -5,7 +5,8 @@ holds 4 consecutive elements. The amax is an integer max over |x| bit patterns, 
 across the warp with butterfly shuffles; the exponent and the e4m3 byte come from the same
 integer recipes as the Triton kernel (spec §2.1), so both backends and the reference agree
 bit for bit. The only float operations are the exact upcast, the rounded multiply
-``fl(a * fl(1/448))`` and the exact scaling by ``2**-e`` (no add, so nothing to contract).
+``fl(a * fl(1/448))`` and the exact scaling by ``2**-e``, both as ``mul.rn.f32`` (NVVM would
+otherwise be free to contract a product into a later add: spec §2.1 rule 1).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from cutlass import Float32, Int32
 
 from dsv4kit.backends.cutedsl import CuTeDSLJitKernel, fake_stream, fake_tensor, sym
 from dsv4kit.errors import input_error
+from dsv4kit.kernels.cute_numerics import mul_rn
 from dsv4kit.kernels.rowquant.common import RowQuantBase
 from dsv4kit.kernels.rowquant.reference import BLOCK
 
@@ -66,11 +68,11 @@ def _rowquant_kernel(x: cute.Tensor, q: cute.Tensor, s: cute.Tensor, rows_per_ct
             amax = cutlass.max(amax, u & 0x7FFFFFFF)
         amax = cute.arch.warp_reduction_max(amax)
         a = cutlass.max(amax, Int32(AMAX_FLOOR_BITS)).bitcast(Float32)
-        d = a * Int32(INV448_BITS).bitcast(Float32)
+        d = mul_rn(a, Int32(INV448_BITS).bitcast(Float32))
         e = ((d.bitcast(Int32) + 0x7FFFFF) >> 23) - 127
         inv_scale = ((127 - e) << 23).bitcast(Float32)
         for j in cutlass.range_constexpr(VEC):
-            y = x[row, col0 + j].to(Float32) * inv_scale
+            y = mul_rn(x[row, col0 + j].to(Float32), inv_scale)
             q[row, col0 + j] = _e4m3_code(y.bitcast(Int32)).to(cutlass.Uint8)
         if lane == 0:
             s[row, blk] = ((e + 127) << 23).bitcast(Float32)
