@@ -29,7 +29,7 @@ class _CuteLaunch:
             raise input_error(self.name, "cos_sin_dtype", f"one of {list(_CS_DTYPES)}", key.cos_sin_dtype)
         return (
             fake_tensor(Int64, (t,), align=8),                              # positions
-            fake_tensor(BFloat16, (r, key.head_dim)),                       # index_q as [R, 128]
+            fake_tensor(Int64, (r, key.head_dim // 4)),                     # index_q as [R, 32] words
             fake_tensor(_CS_DTYPES[key.cos_sin_dtype], (p, key.rope_dim), align=4),
             fake_tensor(BFloat16, (r,), align=2),                           # index_weights [R]
         ), r
@@ -56,7 +56,7 @@ class IndexerQFp8CuTeDSL(_CuteLaunch, IndexerQBase, CuTeDSLJitKernel["IndexerQBa
     def launch_args(self, positions, index_q, cos_sin_cache, index_weights, outs, ss, hs):
         q_fp8, w_out = outs
         rows = q_fp8.shape[0] * q_fp8.shape[1]
-        return (positions, index_q.view(rows, -1), cos_sin_cache, index_weights.view(rows),
+        return (positions, index_q.view(torch.int64).view(rows, -1), cos_sin_cache, index_weights.view(rows),
                 q_fp8.view(torch.int32).view(rows, -1), w_out.view(rows), rows, ss, hs)
 
 
@@ -77,7 +77,8 @@ class IndexerQMxfp4CuTeDSL(_CuteLaunch, IndexerQBase, CuTeDSLJitKernel["IndexerQ
     def launch_args(self, positions, index_q, cos_sin_cache, index_weights, outs, ss, hs):
         q_packed, q_scale, w_out = outs
         rows = q_packed.shape[0] * q_packed.shape[1]
-        return (positions, index_q.view(rows, -1), cos_sin_cache, index_weights.view(rows),
-                q_packed.view(torch.int16).view(rows, -1), q_scale.view(rows), w_out.view(rows), rows, ss, hs)
+        return (positions, index_q.view(torch.int64).view(rows, -1), cos_sin_cache, index_weights.view(rows),
+                q_packed.view(torch.int16).view(rows, -1), q_scale.view(rows), w_out.view(rows), rows, ss,
+                hs)
 
 

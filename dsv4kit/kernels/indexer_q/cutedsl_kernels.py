@@ -1,11 +1,12 @@
 """CuTeDSL kernels for indexer-Q RoPE + quant (spec K1 FP8, K2 MXFP4).
 
-``index_q`` is seen as rows ``r = t * 64 + h`` of 128 bf16. One warp owns one row at a time:
-lane ``l`` holds dims ``4l .. 4l+3`` (8 contiguous bytes, so a warp reads its 256-byte row
-in one coalesced sweep). Lanes 16..31 hold the rope half; each holds two complete GPT-J
-pairs, so RoPE needs no shuffles. The 128-dim amax (FP8) is one warp reduction; the four
-32-dim MXFP4 blocks are 8-lane groups. A CTA has 4 warps and each warp handles ``coarsen``
-consecutive rows (the key's "heads per thread group").
+``index_q`` is seen as rows ``r = t * 64 + h`` of 128 bf16, read as 32 64-bit words: lane
+``l`` holds dims ``4l .. 4l+3`` (one 8-byte load; a warp reads its 256-byte row in one
+coalesced sweep). A warp (the key's "thread group") owns ``coarsen`` consecutive rows of one
+token: it issues all their loads, fetches the token's position and cos/sin once, then
+computes. Lanes 16..31 hold the rope half; each holds two complete GPT-J pairs, so RoPE needs
+no shuffles. The 128-dim amax (FP8) is one warp reduction; the four 32-dim MXFP4 blocks are
+8-lane groups. A CTA has 4 warps.
 
 All rounding is the integer recipe of :mod:`dsv4kit.kernels.cute_numerics`, identical to the
 Triton kernels, and every product/sum is an ``.rn`` instruction (no FMA contraction).
@@ -16,7 +17,7 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32, Int64, Uint32
+from cutlass import Float32, Int32, Int64, Uint32, Uint64
 
 from dsv4kit.kernels.cute_numerics import (
     abs_f32,
@@ -35,20 +36,36 @@ NUM_HEADS = 64
 
 
 @cute.jit
-def _load_rotated(mPos, mQ, mCS, row, lane):
-    """The lane's 4 values of row ``row``: nope lanes as loaded, rope lanes rotated and bf16-rounded."""
-    x0 = mQ[row, lane * 4].to(Float32)
-    x1 = mQ[row, lane * 4 + 1].to(Float32)
-    x2 = mQ[row, lane * 4 + 2].to(Float32)
-    x3 = mQ[row, lane * 4 + 3].to(Float32)
-    y0, y1, y2, y3 = x0, x1, x2, x3
+def _unpack4(v: Uint64):
+    """Four bf16 (little-endian in one 64-bit word) as exact fp32 values."""
+    lo = Uint32(v & Uint64(0xFFFFFFFF))
+    hi = Uint32(v >> Uint64(32))
+    mask = Uint32(0xFFFF0000)
+    return ((lo << Uint32(16)).bitcast(Float32), (lo & mask).bitcast(Float32),
+            (hi << Uint32(16)).bitcast(Float32), (hi & mask).bitcast(Float32))
+
+
+@cute.jit
+def _cos_sin(mPos, mCS, first_row, lane):
+    """cos/sin of the lane's two GPT-J pairs at the token of ``first_row`` (rope lanes only)."""
+    c0, c1, s0, s1 = Float32(1.0), Float32(1.0), Float32(0.0), Float32(0.0)
     if lane >= 16:
-        p = Int64(mPos[row // NUM_HEADS])
-        i = (lane - 16) * 2                      # pair index of (x0, x1); (x2, x3) is i + 1
+        p = Int64(mPos[first_row // NUM_HEADS])
+        i = (lane - 16) * 2                      # pair index of dims (4l, 4l+1); (4l+2, 4l+3) is i + 1
         c0 = mCS[p, i].to(Float32)
         c1 = mCS[p, i + 1].to(Float32)
         s0 = mCS[p, 32 + i].to(Float32)
         s1 = mCS[p, 32 + i + 1].to(Float32)
+    return c0, c1, s0, s1
+
+
+@cute.jit
+def _rotate(v: Uint64, cs, lane):
+    """The lane's 4 values: nope lanes as loaded, rope lanes rotated (no FMA) and bf16-rounded."""
+    x0, x1, x2, x3 = _unpack4(v)
+    y0, y1, y2, y3 = x0, x1, x2, x3
+    if lane >= 16:
+        c0, c1, s0, s1 = cs
         y0 = round_bf16(sub_rn(mul_rn(x0, c0), mul_rn(x1, s0)))
         y1 = round_bf16(add_rn(mul_rn(x1, c0), mul_rn(x0, s0)))
         y2 = round_bf16(sub_rn(mul_rn(x2, c1), mul_rn(x3, s1)))
@@ -68,10 +85,13 @@ def _fp8_kernel(mPos, mQ, mCS, mW, mQout, mWout, num_rows: Int32, ss: Float32, h
     bidx, _, _ = cute.arch.block_idx()
     lane = tidx % 32
     first = (bidx * WARPS_PER_CTA + tidx // 32) * coarsen
-    for c in cutlass.range_constexpr(coarsen):
-        row = first + c
-        if row < num_rows:
-            y0, y1, y2, y3 = _load_rotated(mPos, mQ, mCS, row, lane)
+    # num_rows is a multiple of 64 and coarsen divides 64: a group is all in range, one token.
+    if first < num_rows:
+        words = [mQ[first + c, lane] for c in range(coarsen)]   # all loads in flight first
+        cs = _cos_sin(mPos, mCS, first, lane)
+        for c in cutlass.range_constexpr(coarsen):
+            row = first + c
+            y0, y1, y2, y3 = _rotate(words[c], cs, lane)
             amax = cute.arch.warp_reduction_max(_amax4(y0, y1, y2, y3))
             # D1: floor before dividing; multiply by fl(1/448) (§2.1: same clog2 as / 448).
             e = clog2(mul_rn(cute.arch.fmax(amax, Float32(1e-4)), Float32(1.0 / 448.0)))
@@ -100,10 +120,12 @@ def _mxfp4_kernel(mPos, mQ, mCS, mW, mQout, mScale, mWout, num_rows: Int32, ss: 
     bidx, _, _ = cute.arch.block_idx()
     lane = tidx % 32
     first = (bidx * WARPS_PER_CTA + tidx // 32) * coarsen
-    for c in cutlass.range_constexpr(coarsen):
-        row = first + c
-        if row < num_rows:
-            y0, y1, y2, y3 = _load_rotated(mPos, mQ, mCS, row, lane)
+    if first < num_rows:
+        words = [mQ[first + c, lane] for c in range(coarsen)]
+        cs = _cos_sin(mPos, mCS, first, lane)
+        for c in cutlass.range_constexpr(coarsen):
+            row = first + c
+            y0, y1, y2, y3 = _rotate(words[c], cs, lane)
             # Lanes 8b..8b+7 hold block b (dims 32b..32b+31).
             e = _mx_exp(cute.arch.warp_reduction_max(_amax4(y0, y1, y2, y3), threads_in_group=8))
             inv = pow2(-e)
@@ -129,7 +151,7 @@ def _grid(num_rows: Int32, coarsen: int) -> list:
 def launch_fp8(mPos: cute.Tensor, mQ: cute.Tensor, mCS: cute.Tensor, mW: cute.Tensor, mQout: cute.Tensor,
                mWout: cute.Tensor, num_rows: Int32, ss: Float32, hs: Float32, stream: cuda.CUstream,
                coarsen: cutlass.Constexpr):
-    """K1. ``mQ`` bf16 [R, 128]; ``mQout`` int32 [R, 32] (4 e4m3 bytes each); ``mW``/``mWout`` [R]."""
+    """K1. ``mQ`` int64 [R, 32] (4 bf16 each); ``mQout`` int32 [R, 32] (4 e4m3 bytes); weights [R]."""
     _fp8_kernel(mPos, mQ, mCS, mW, mQout, mWout, num_rows, ss, hs, coarsen).launch(
         grid=_grid(num_rows, coarsen), block=[32 * WARPS_PER_CTA, 1, 1], stream=stream)
 

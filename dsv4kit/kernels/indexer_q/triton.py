@@ -19,6 +19,13 @@ __all__ = ["IndexerQFp8Triton", "IndexerQMxfp4Triton"]
 #: unchanged (spec K1: results must not depend on coarsen), but 64x fewer Python-level programs.
 INTERPRETER_ROWS = 256
 
+#: Thread groups per Triton program. The spec's ``coarsen`` is the heads handled per thread
+#: group; one group per program (the deployed mapping) made programs of 1-4 rows whose two
+#: dependent loads (position, then cos/sin) left HBM idle: 31% of copy bandwidth on an H200
+#: at T = 65536 (benchmarks/results/indexer_q_h200_v1.csv). A program of 8 groups moves 8x
+#: the bytes per launch slot; results do not depend on it (tests pin this).
+THREAD_GROUPS = 8
+
 _SHARED_PARAMS = {
     "pos_ptr": Ptr(torch.int64, aligned=False),
     "q_ptr": Ptr(torch.bfloat16),
@@ -29,8 +36,9 @@ _SHARED_PARAMS = {
     "softmax_scale": Runtime(),
     "head_scale": Runtime(),
     "NUM_HEADS": FromKey("num_heads"),
-    # Rows (token-heads) per program: the key's coarsen, so a program never straddles tokens.
-    "ROWS": FromKey("coarsen"),
+    # Rows (token-heads) per program on the GPU: `coarsen` heads per thread group, GROUPS
+    # thread groups (see THREAD_GROUPS); always a divisor of the 64 heads of one token.
+    "ROWS": FromKey(lambda key: key.coarsen * THREAD_GROUPS),
 }
 
 
@@ -41,11 +49,11 @@ class _TritonLaunch:
     name: str
 
     def launch_options(self, key: IndexerQBase.CompileKey) -> dict[str, Any]:
-        return {"num_warps": 1 if key.coarsen == 1 else 2}
+        return {"num_warps": 2 if key.coarsen == 1 else 4}
 
     def rows_per_program(self, key: IndexerQBase.CompileKey) -> int:
-        """The key's coarsen on the GPU; a whole-token multiple under the CPU interpreter."""
-        return key.coarsen if self.platform.is_cuda else INTERPRETER_ROWS
+        """``coarsen * THREAD_GROUPS`` on the GPU; whole tokens under the CPU interpreter."""
+        return key.coarsen * THREAD_GROUPS if self.platform.is_cuda else INTERPRETER_ROWS
 
     def interpreter_constexprs(self, key: IndexerQBase.CompileKey) -> dict[str, Any]:
         return {"ROWS": INTERPRETER_ROWS}

@@ -1,10 +1,11 @@
 """Triton kernels for indexer-Q RoPE + quant (spec K1 FP8, K2 MXFP4).
 
 The kernels see ``index_q`` as rows ``r = t * NUM_HEADS + h`` of 128 bf16 dims. One program
-handles ``ROWS`` consecutive rows: on the GPU ``ROWS`` is the key's ``coarsen`` (heads per
-program, spec K1), so a program never straddles two tokens. Under the CPU interpreter the
-launcher may pass a larger ``ROWS`` (several tokens per program): each row's arithmetic is
-the same, only fewer Python-level programs run.
+handles ``ROWS`` consecutive rows. On the GPU ``ROWS`` divides ``NUM_HEADS``, so a program
+never straddles two tokens and loads its token's position and cos/sin row once. Under the
+CPU interpreter the launcher may pass a larger ``ROWS`` (several whole tokens per program;
+positions are then gathered per row): each row's arithmetic is the same, only fewer
+Python-level programs run.
 
 Per row: load 128 bf16 dims, rotate the last 64 (GPT-J pairs, no FMA), round them to bf16
 with integer RNE, quantize. Rounding never relies on a cast (see
@@ -32,10 +33,16 @@ def _load_rotated(q_ptr, pos_ptr, cs_ptr, rows, ok, NUM_HEADS: tl.constexpr, ROW
     nope = tl.load(q_ptr + base + tl.arange(0, 64)[None, :], mask=m, other=0.0).to(tl.float32)
     rope = tl.load(q_ptr + base + 64 + tl.arange(0, 64)[None, :], mask=m, other=0.0).to(tl.float32)
     x_e, x_o = tl.split(tl.reshape(rope, (ROWS, 32, 2)))
-    p = tl.load(pos_ptr + rows // NUM_HEADS, mask=ok, other=0)[:, None]
     i = tl.arange(0, 32)[None, :]
-    c = tl.load(cs_ptr + p * 64 + i, mask=m, other=0.0).to(tl.float32)
-    s = tl.load(cs_ptr + p * 64 + 32 + i, mask=m, other=0.0).to(tl.float32)
+    if ROWS <= NUM_HEADS:
+        # One token per program: one position, one cos/sin row, broadcast over the heads.
+        p = tl.load(pos_ptr + tl.min(rows, axis=0) // NUM_HEADS)
+        c = tl.load(cs_ptr + p * 64 + i).to(tl.float32)
+        s = tl.load(cs_ptr + p * 64 + 32 + i).to(tl.float32)
+    else:
+        p = tl.load(pos_ptr + rows // NUM_HEADS, mask=ok, other=0)[:, None]
+        c = tl.load(cs_ptr + p * 64 + i, mask=m, other=0.0).to(tl.float32)
+        s = tl.load(cs_ptr + p * 64 + 32 + i, mask=m, other=0.0).to(tl.float32)
     # Each product and sum rounded separately (launched with enable_fp_fusion=False).
     y_e = round_bf16(x_e * c - x_o * s)
     y_o = round_bf16(x_o * c + x_e * s)
