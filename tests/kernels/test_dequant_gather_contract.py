@@ -15,7 +15,7 @@ from dsv4kit.kernels.dequant_gather import (
     kernel_for,
     register_dequant_gather,
 )
-from dsv4kit.kernels.dequant_gather.cases import SENTINEL, make_case
+from dsv4kit.kernels.dequant_gather.cases import SENTINEL, make_case, same_bits
 from dsv4kit.kernels.dequant_gather.common import DequantGatherBase
 from dsv4kit.kernels.dequant_gather.triton import DequantGatherTriton
 from dsv4kit.model.presets import DSV4_FLASH
@@ -151,6 +151,8 @@ BAD = {
     "out not bf16": (dict(out=lambda a: a["out"].float()), "out: expected dtype bfloat16"),
     "out last dim": (dict(out=lambda a: a["out"][..., :256].contiguous()), r"out: expected shape\[2\]"),
     "out non-contiguous": (dict(out=lambda a: a["out"].transpose(0, 1)), "out: expected contiguous"),
+    "out misaligned": (dict(out=lambda a: torch.empty(a["out"].numel() + 1, dtype=torch.bfloat16)[1:].view(
+        a["out"].shape)), "out: expected data_ptr % 16 == 0"),
     "out too few requests": (dict(out=lambda a: a["out"][:1]), r"out: expected shape\[0\] >= nreq"),
     "seq_lens int64": (dict(seq_lens=lambda a: a["seq_lens"].long()), "seq_lens: expected dtype int32"),
     "gather_lens int64": (dict(gather_lens=lambda a: a["gather_lens"].long()), "gather_lens: expected dtype"),
@@ -179,7 +181,7 @@ def test_bad_inputs_raise_before_launch(what) -> None:
     with KeyLedger() as ledger, pytest.raises(KernelInputError, match=msg):
         dequantize_and_gather_k_cache(**args)
     assert ledger.requested == {}          # never dispatched, so never launched
-    assert torch.equal(out, before)
+    assert same_bits(out, before)
 
 
 def test_device_mismatch() -> None:
