@@ -147,6 +147,8 @@ BAD = {
     "page stride not a multiple of 576": (dict(k_cache=_strided(37_448)), "page stride"),
     "page stride too small": (dict(k_cache=_strided(36_864)), "page stride"),
     "k_cache misaligned": (dict(k_cache=_misaligned), "data_ptr % 32"),
+    "block size 0": (dict(k_cache=lambda a: torch.zeros(1152, dtype=torch.uint8).as_strided(
+        (1, 0, 584), (1152, 584, 1)), block_size=lambda a: 0), r"\(block size\) >= 1"),
     "block_size mismatch": (dict(block_size=lambda a: 32), r"block_size: expected k_cache.shape\[1\] == 64"),
     "out not bf16": (dict(out=lambda a: a["out"].float()), "out: expected dtype bfloat16"),
     "out last dim": (dict(out=lambda a: a["out"][..., :256].contiguous()), r"out: expected shape\[2\]"),

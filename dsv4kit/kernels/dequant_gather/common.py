@@ -185,6 +185,9 @@ class DequantGatherBase(JitKernel["DequantGatherBase.CompileKey"]):
             out, k_cache, seq_lens, gather_lens, block_table, block_size, offset, debug_checks=False
         )
         self.check_device(k_cache)
+        if k_cache.shape[1] < 1:
+            raise input_error(KERNEL, "k_cache", "shape[1] (block size) >= 1",
+                              f"shape {tuple(k_cache.shape)}")
         rows = out.shape[1]
         if nreq > MAX_GRID_Y:
             raise input_error(KERNEL, "seq_lens", f"at most {MAX_GRID_Y} requests", nreq)
