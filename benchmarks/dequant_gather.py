@@ -154,6 +154,20 @@ def kernels(platform):
     return out
 
 
+def diff_report(got: torch.Tensor, want: torch.Tensor, written: torch.Tensor) -> str:
+    """Where two outputs differ (for debugging a kernel remotely): counts and the first few elements."""
+    g, w = got.view(torch.int16), want.view(torch.int16)
+    bad = (g != w).nonzero()
+    rows_bad = (g != w).any(-1)
+    parts = [f"{len(bad)} elements differ in {int(rows_bad.sum())} rows "
+             f"({int((rows_bad & ~written).sum())} of them rows that must stay untouched); "
+             f"nope dims {int((bad[:, 2] < 448).sum())}, rope dims {int((bad[:, 2] >= 448).sum())}"]
+    for b, r, d in bad[:6].tolist():
+        gv, wv = int(g[b, r, d]) & 0xFFFF, int(w[b, r, d]) & 0xFFFF
+        parts.append(f"[{b},{r},{d}] got {gv:#06x} want {wv:#06x}")
+    return "; ".join(parts)
+
+
 def section_numerics(ks, device: str, n_cases: int) -> dict:
     from dsv4kit.kernels.dequant_gather import dequantize_and_gather_k_cache_reference as ref
     from dsv4kit.kernels.dequant_gather.cases import SENTINEL as S
@@ -177,17 +191,20 @@ def section_numerics(ks, device: str, n_cases: int) -> dict:
         dev_case = case.to(device)
         for name, k in ks.items():
             got = dev_case.fresh_out()
+            why = ""
             try:
                 k(*dev_case.args(got), debug_checks=True)
                 got = got.cpu()
                 ok = same_bits(got, want) and bool((got.view(torch.uint8)[~case.written_mask()] == S).all())
+                if not ok:
+                    why = diff_report(got, want, case.written_mask())
             except Exception as exc:
                 ok = False
-                results[name]["failures"].append(f"{case.label}: {type(exc).__name__}: {exc}")
+                why = f"{type(exc).__name__}: {exc}"
             results[name]["cases"] += 1
             results[name]["exact"] += int(ok)
             if not ok and len(results[name]["failures"]) < 10:
-                results[name]["failures"].append(f"{case.label}: bits differ")
+                results[name]["failures"].append(f"{case.label}: {why}")
     for name, r in results.items():
         log(f"numerics {name:8s}: {r['exact']}/{r['cases']} cases bit-exact")
     return results
