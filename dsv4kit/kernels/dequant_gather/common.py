@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 #: KV cache dtype strings of spec §2.11 (trap 3); K3 exists only for ``fp8_ds_mla``.
-CACHE_DTYPES = ("fp8_ds_mla", "fp8", "fp8_e4m3", "bfloat16", "auto")
+CACHE_DTYPES = ("fp8_ds_mla", "fp8", "fp8_e4m3", "bfloat16", "bf16", "auto")
 #: Requests go on the grid's y dimension (CUDA limit 65 535).
 MAX_GRID_Y = 65_535
 _I32 = 2**31

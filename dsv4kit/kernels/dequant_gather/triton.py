@@ -11,9 +11,10 @@ Per row (entry ``tok = L - G + i`` at page ``block_table[b, tok // BS]``, slot `
 * nope: a ``[ROWS, 8, 64]`` tile of e4m3 bytes (block 7 masked off: 448 = 7 x 64), the 8 scale
   bytes of the entry (the 8th, the pad, is never used), and the exact product
   ``e4m3_val(byte) * 2**(sb - 127)`` in fp32 (both factors built from bits, no table, no cast).
-  The product is exact, so its bf16 bits are the fp32 bits' top half; an integer RNE step (a
-  no-op for the contract's scale bytes 105..254) keeps the result equal to the reference's
-  ``bf16(...)`` elsewhere too. The bits are stored through an int16 view: no float cast anywhere.
+  The product is exact, so its bf16 bits are the fp32 bits' top half; the integer RNE step in
+  between is a no-op for the contract's scale bytes 105..254 (outside them values are unspecified
+  and merely rounded, not truncated). The bits are stored through an int16 view: no cast rounds
+  (the only conversion, of a 3-bit subnormal mantissa to fp32, is exact).
 * rope: 64 bf16 copied as int16 bit patterns.
 
 All addresses are int64 (``page * P`` exceeds 2**31 in a large cache). Only block-table entries
