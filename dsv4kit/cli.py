@@ -1,79 +1,290 @@
-"""The ``dsv4kit`` command: warm a model's kernels, then replay a workload and report coverage.
+"""The ``dsv4kit`` command: warm a DSv4 model's attention kernels, replay serving traces, report coverage.
 
-Until the DSv4 attention stack lands (issue 7) the model is the toy stack of
-:mod:`dsv4kit.kernels.toy`; the commands and their output format stay the same.
+    dsv4kit warmup   [--preset flash|pro] [--arch sm_90a|sm_100a] [--cache-dtype ...] ...
+    dsv4kit coverage [same options] [--trace decode|prefill|mixed|all] [--steps N] [--plot FILE]
+
+Exit codes: 0 success; 1 a key failed to compile, or the replay missed a key / compiled after
+warmup; 2 bad command line (unknown preset, arch or cache dtype, block size not a power of two,
+trace longer than the max model length, ...).
 """
 
 from __future__ import annotations
 
 import argparse
-import random
+import json
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-import torch
-
-from dsv4kit.jit import JitMonitor, KeyLedger, WarmupRegistry
-from dsv4kit.kernels.toy import ToyConfig, ToyModel
+from dsv4kit.errors import KernelInputError
 
 ARCHES = ("sm_90a", "sm_100a")
+DEVICES = ("auto", "cpu", "cuda")
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dsv4kit", description=__doc__.splitlines()[0])
+# --------------------------------------------------------------------------- argument types
+
+
+def _preset(value: str) -> str:
+    from dsv4kit.model.stack import PRESET_NAMES, resolve_preset
+
+    try:
+        resolve_preset(value)
+    except KernelInputError:
+        raise argparse.ArgumentTypeError(
+            f"unknown preset {value!r}: expected one of {', '.join(PRESET_NAMES)}") from None
+    return value
+
+
+def _arch(value: str) -> str:
+    if value not in ARCHES:
+        hint = f" (did you mean {value}a?)" if f"{value}a" in ARCHES else ""
+        raise argparse.ArgumentTypeError(f"unknown arch {value!r}: expected one of {', '.join(ARCHES)}{hint}")
+    return value
+
+
+def _cache_dtype(value: str) -> str:
+    from dsv4kit.model.stack import CACHE_DTYPES
+
+    if value not in CACHE_DTYPES:
+        raise argparse.ArgumentTypeError(
+            f"unsupported KV cache dtype {value!r}: expected one of {', '.join(CACHE_DTYPES)}")
+    return value
+
+
+def _block_size(value: str) -> int:
+    try:
+        b = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"block size {value!r} is not an integer") from None
+    if b < 0 or b & (b - 1):
+        raise argparse.ArgumentTypeError(f"block size {b} is not a power of two (or 0: no paged cache)")
+    return b
+
+
+def _positive(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {n}")
+    return n
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dsv4kit", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Exit codes: 0 ok, 1 compile failure / missed key, 2 bad command "
+                                       "line.")
     sub = p.add_subparsers(dest="command", required=True)
     commands = {
-        "warmup": "compile every registered key and print a per-kernel table",
-        "coverage": "warm up, replay a workload under the monitor, report missed and dead keys",
+        "warmup": "compile every key the model registers (AOT for --arch on a CPU machine) and print a "
+                  "per-kernel table",
+        "coverage": "warm up, replay a serving trace under the JIT monitor in error mode, report missed and "
+                    "dead keys per kernel",
     }
     for name, help_ in commands.items():
-        s = sub.add_parser(name, help=help_)
-        s.add_argument("--arch", choices=ARCHES, default="sm_90a", help="compile target (default sm_90a)")
-        s.add_argument("--layers", type=int, default=43, help="layers in the model (default 43)")
-        s.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+        s = sub.add_parser(name, help=help_, description=help_)
+        g = s.add_argument_group("model and runtime settings")
+        g.add_argument("--preset", type=_preset, default="flash", help="flash (DSv4-Flash, default) or pro")
+        g.add_argument("--arch", type=_arch, default=None,
+                       help="compile target, sm_90a (default on CPU) or sm_100a; on a GPU the device decides "
+                            "and another arch is an error")
+        g.add_argument("--device", choices=DEVICES, default="auto",
+                       help="auto: the CUDA device if there is one, else cpu. cpu: Triton compiled AOT for "
+                            "--arch (what a CPU process selects). cuda: select kernels as a GPU process of "
+                            "--arch would (CuTeDSL where importable); without a GPU this is compile-only")
+        g.add_argument("--backend", choices=("auto", "triton", "cutedsl"), default="auto",
+                       help="force one backend for every kernel (default: the platform's choice)")
+        g.add_argument("--cache-dtype", type=_cache_dtype, default="fp8_ds_mla",
+                       help="KV cache dtype: fp8_ds_mla (default), bf16/bfloat16/auto, fp8/fp8_e4m3")
+        g.add_argument("--indexer-cache", choices=("fp8", "mxfp4"), default="fp8",
+                       help="indexer K cache format (default fp8): selects K1 or K2")
+        g.add_argument("--block-size", type=_block_size, default=None,
+                       help="KV cache block size B, a power of two or 0 (default: the preset's, 256)")
+        g.add_argument("--max-batched-tokens", type=_positive, default=8192,
+                       help="max tokens per step (default 8192)")
+        g.add_argument("--max-num-seqs", type=_positive, default=256,
+                       help="max sequences per step (default 256)")
+        g.add_argument("--max-model-len", type=_positive, default=None,
+                       help="max tokens per sequence (default: the preset's RoPE cache rows, 1048576)")
+        g.add_argument("--no-cuda-graphs", action="store_true",
+                       help="run decode eagerly (no capture sizes, no padded batches)")
+        w = s.add_argument_group("warmup")
+        w.add_argument("--jobs", type=_positive, default=1,
+                       help="compile Triton keys in N worker processes first (they fill Triton's on-disk "
+                            "cache; the in-process compile then loads it). Threads would not help: the "
+                            "Triton compiler holds the GIL. CuTeDSL keys always compile sequentially. "
+                            "Each worker pays ~2-3 s of imports: worth it for many cold keys only")
+        w.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+        w.add_argument("--keys", action="store_true", help="also print one line per key")
+        w.add_argument("--json", metavar="FILE", default=None, help="write the report as JSON to FILE")
         if name == "coverage":
-            s.add_argument("--steps", type=int, default=200, help="workload steps to replay (default 200)")
-            s.add_argument("--seed", type=int, default=0)
+            c = s.add_argument_group("trace and replay")
+            c.add_argument("--trace", choices=("decode", "prefill", "mixed", "all"), default="all",
+                           help="phases to replay (default all; decode includes the CUDA-graph capture)")
+            c.add_argument("--steps", type=_positive, default=64, help="steps per phase (default 64)")
+            c.add_argument("--seed", type=int, default=0, help="trace seed (default 0)")
+            c.add_argument("--max-context", type=_positive, default=None,
+                           help="longest sequence in the trace (default: --max-model-len)")
+            c.add_argument("--rope-cache-dtype", choices=("float32", "bfloat16"), default="float32",
+                           help="dtype of the runtime's RoPE cos/sin cache (default float32; bfloat16 "
+                                "after a module-wide cast, trap 1)")
+            c.add_argument("--launch", action="store_true",
+                           help="launch the ops with real tensors (needs a CUDA device); default: derive "
+                                "every call's key with the kernel's dispatch on metadata stand-ins")
+            c.add_argument("--plot", metavar="FILE", default=None, help="write the coverage figure to FILE")
     return p
 
 
-def _warm(args: argparse.Namespace) -> tuple[ToyModel, KeyLedger]:
+# --------------------------------------------------------------------------- building
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _platform(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
+    from dsv4kit.model.stack import gpu_platform
+    from dsv4kit.platform import DEFAULT_CPU_ARCH, cpu_platform, detect_platform
+
+    has_gpu = _has_cuda()
+    device = args.device if args.device != "auto" else ("cuda" if has_gpu else "cpu")
+    if device == "cuda" and has_gpu:
+        try:
+            return detect_platform(args.arch)
+        except KernelInputError as exc:
+            parser.error(f"--arch: {exc}")
+    if device == "cuda":
+        return gpu_platform(args.arch or DEFAULT_CPU_ARCH)
+    return cpu_platform(args.arch or DEFAULT_CPU_ARCH)
+
+
+def _build(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[Any, Any]:
+    from dsv4kit.jit import WarmupRegistry
+    from dsv4kit.model.stack import DSv4AttentionStack
+
+    platform = _platform(args, parser)
+    if getattr(args, "launch", False) and not _has_cuda():
+        parser.error("--launch: needs a CUDA device (this machine has none); without --launch the replay "
+                     "derives every call's key on CPU with the kernels' own dispatch")
     registry = WarmupRegistry()
-    ledger = KeyLedger()
-    with registry.activate():
-        model = ToyModel(args.layers, ToyConfig())
-    with ledger:
-        report = registry.warmup(progress=not args.no_progress, raise_on_failure=False)
-    print(f"warmup for {args.arch}:")
+    try:
+        with registry.activate():
+            stack = DSv4AttentionStack(
+                args.preset, platform,
+                cache_dtype=args.cache_dtype, indexer_cache_dtype=args.indexer_cache,
+                block_size=args.block_size, max_num_batched_tokens=args.max_batched_tokens,
+                max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
+                rope_cache_dtype=getattr(args, "rope_cache_dtype", "float32"),
+                cuda_graphs=not args.no_cuda_graphs,
+                backend=None if args.backend == "auto" else args.backend,
+            )
+    except KernelInputError as exc:
+        parser.error(str(exc))
+    return stack, registry
+
+
+def _warm(args: argparse.Namespace, stack: Any, registry: Any) -> Any:
+    from dsv4kit.model.stack import warmup
+
+    print(stack.describe())
+    if args.jobs > 1:
+        tri = sum(len(r.keys) for r in registry.registrations.values() if r.kernel.backend == "triton")
+        print(f"--jobs {args.jobs}: {tri} Triton key(s) compiled in worker processes first")
+    report = warmup(registry, jobs=args.jobs, progress=not args.no_progress)
+    print(f"\nwarmup ({stack.platform.arch}, {len(registry.registrations)} kernel(s), {report.num_keys} "
+          f"key(s), {report.wall_seconds:.2f} s wall):")
     print(report.table())
+    if args.keys:
+        for row in report.rows():
+            regs = row.get("registers", "-")
+            print(f"  {row['kernel']:<24} {row['key']:<70} {row['seconds']:7.3f} s  regs {regs}"
+                  f"  spills {row.get('spills', '-')}" + (f"  ERROR {row['error']}" if row["error"] else ""))
+    for f in report.failures:
+        print(f"FAILED {f.kernel} {f.key}: {f.error}", file=sys.stderr)
+    return report
+
+
+def _write_json(path: str, obj: Any) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(obj, indent=2, default=str))
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_warmup(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    stack, registry = _build(args, parser)
+    report = _warm(args, stack, registry)
+    if args.json:
+        _write_json(args.json, {"config": stack.describe(), "warmup": report.rows()})
+    return 0 if report.ok else 1
+
+
+def cmd_coverage(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from dsv4kit.jit import KeyLedger
+    from dsv4kit.model.trace import coverage_report, make_trace, replay
+
+    stack, registry = _build(args, parser)
+    if args.max_context is not None and args.max_context > stack.max_model_len:
+        parser.error(f"--max-context: a trace of {args.max_context} tokens is longer than the max model "
+                     f"length ({stack.max_model_len}; raise --max-model-len)")
+    try:
+        trace = make_trace(args.trace, stack, steps=args.steps, seed=args.seed, max_context=args.max_context)
+    except KernelInputError as exc:
+        parser.error(str(exc))
+    ledger = KeyLedger()
+    with ledger:
+        report = _warm(args, stack, registry)
     if not report.ok:
-        for f in report.failures:
-            print(f"FAILED {f.kernel} {f.key}: {f.error}", file=sys.stderr)
-        raise SystemExit(1)
-    return model, ledger
+        return 1
+    t0 = time.perf_counter()
+    result = replay(stack, trace, launch=args.launch, mode="error", ledger=ledger)
+    cov = coverage_report(stack, ledger, result, stack.kernels() | {r.kernel.name: r.kernel for r in
+                                                                    registry.registrations.values()})
+    tokens = result.stats.tokens
+    print(f"\ncoverage: trace {args.trace!r}, seed {args.seed}, {len(trace)} steps, longest sequence "
+          f"{result.stats.max_seq_len} tokens, batches of {min(tokens)}-{max(tokens)} tokens "
+          f"({time.perf_counter() - t0:.2f} s)")
+    print(cov.summary())
+    if args.plot:
+        import matplotlib
 
+        matplotlib.use("Agg")
+        from dsv4kit.viz.coverage import plot_coverage
 
-def _replay(model: ToyModel, ledger: KeyLedger, steps: int, seed: int) -> None:
-    rng = random.Random(seed)
-    with ledger, JitMonitor("error"):
-        for _ in range(steps):
-            tokens = rng.choice([1, rng.randint(1, 64), rng.randint(64, model.config.max_tokens)])
-            dtype = rng.choice(model.config.dtypes)
-            model.layers[0](torch.randn(tokens, model.config.width).to(dtype))
+        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+        fig = plot_coverage(ledger, title=f"{stack.preset.name} {stack.platform.arch}: trace {args.trace}")
+        fig.savefig(args.plot, dpi=120)
+        print(f"coverage figure written to {args.plot}")
+    if args.json:
+        _write_json(args.json, {
+            "config": stack.describe(), "warmup": report.rows(),
+            "trace": {"kind": args.trace, "seed": args.seed, "steps": len(trace),
+                      "phases": dict(result.stats.phases)},
+            "calls": {f"{f}/{s}": n for (f, s), n in result.stats.calls.items()},
+            "missed": [str(m) for m in cov.missed], "dead": [str(d) for d in cov.dead],
+            "compiles_after_warmup": [f"{e.kernel} {e.key} ({e.source})" for e in result.compile_events],
+            "ok": cov.ok})
+    return 0 if cov.ok else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.layers < 1:
-        _parser().error(f"--layers: expected a positive int, got {args.layers}")
-    model, ledger = _warm(args)
-    if args.command == "coverage":
-        _replay(model, ledger, args.steps, args.seed)
-        print(f"\ncoverage over {args.steps} replayed steps:")
-        print(ledger.summary())
-        if ledger.missed():
-            return 1
-    return 0
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    sub = parser._subparsers._group_actions[0].choices[args.command]  # type: ignore[union-attr]
+    if args.command == "warmup":
+        return cmd_warmup(args, sub)
+    return cmd_coverage(args, sub)
 
 
 if __name__ == "__main__":
