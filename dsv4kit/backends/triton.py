@@ -403,6 +403,12 @@ class TritonJitKernel(JitKernel[K]):
         self.platform = platform or current_platform()
         self.target = self.platform.arch
 
+    @classmethod
+    def clear_cache(cls) -> None:
+        """Forget compiled executors, artifacts and warmed specializations of this class."""
+        super().clear_cache()
+        cls._variants.clear()
+
     # ------------------------------------------------------------------ what a subclass gives
     def launch_options(self, key: K) -> dict[str, Any]:
         """Triton launch options of ``key`` (``num_warps``, ``num_stages``); fp fusion is always off."""

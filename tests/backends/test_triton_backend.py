@@ -147,6 +147,14 @@ def test_warmup_specialization_is_what_a_runtime_call_specializes(rq_triton):
         assert keys[0] == keys[1]
 
 
+def test_clear_cache_forgets_warmed_specializations():
+    k = _make(GOOD)()
+    k.compile(k.CompileKey(n=16, block=32))
+    assert len(k.warmed_variants()) == 1 and len(k.compiled_keys()) == 1
+    type(k).clear_cache()
+    assert k.warmed_variants() == [] and k.compiled_keys() == []
+
+
 def test_launch_options_keep_fp_fusion_off(rq_triton):
     key = rq_triton.compiled_keys()[0]
     art = rq_triton.artifact(key)
