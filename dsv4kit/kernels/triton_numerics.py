@@ -48,34 +48,34 @@ def pow2(e):
 
 
 @triton.jit
-def e4m3_byte(y):
-    """The OCP e4m3fn byte of ``y`` (|y| <= 448), RNE, sign of zero kept; uint8.
+def round_e4m3(y):
+    """RNE of ``y`` (|y| <= 448) onto the e4m3fn grid, as an fp32 the final cast keeps exactly.
 
-    Normals round on the fp32 bits (a carry into the exponent is just the integer add);
-    the subnormal range (|y| < 2**-6) rounds ``|y| * 512`` to an integer k, and k is the
-    byte (k == 8 is the smallest normal, whose byte is also 8).
+    Adding ``C = 2**(E + 20)`` (E = the binade of |y|, at least -6) leaves exactly the three
+    mantissa bits of e4m3 (or, below 2**-6, the 2**-9 subnormal step) in the sum, and the fp32
+    add rounds them to nearest even; subtracting C is exact. A carry (15.9 -> 16) is simply the
+    sum reaching the next binade. The sign is put back afterwards, so -0 survives.
     """
     u = bits(y)
-    sign = (u >> 24) & 0x80
     a = from_bits(u & 0x7FFFFFFF)
-    m = u & 0x7FFFFFFF
-    m = m + 0x7FFFF + ((m >> 20) & 1)
-    normal = (((m >> 23) - 120) << 3) | ((m >> 20) & 7)
-    t = a * 512.0
-    i = tl.floor(t)
-    f = t - i
-    ii = i.to(tl.uint32)
-    k = tl.where((f > 0.5) | ((f == 0.5) & ((ii & 1) == 1)), ii + 1, ii)
-    mag = tl.where(a >= 0.015625, normal, k)
-    return (sign | mag).to(tl.uint8)
+    binade = tl.maximum(u & 0x7F800000, 0x3C800000)      # 2**-6: the subnormal step below it
+    c = from_bits(binade + (20 << 23))
+    r = (a + c) - c
+    return from_bits(bits(r) | (u & 0x80000000))
 
 
 @triton.jit
 def e2m1_code(v):
-    """E2M1 code (0..15, sign in bit 3) of ``v`` by comparisons, RNE ties to even (§2.4)."""
-    a = tl.abs(v)
-    mag = ((a > 0.25).to(tl.uint32) + (a >= 0.75).to(tl.uint32) + (a > 1.25).to(tl.uint32)
-           + (a >= 1.75).to(tl.uint32) + (a > 2.5).to(tl.uint32) + (a >= 3.5).to(tl.uint32)
-           + (a > 5.0).to(tl.uint32))
-    sign = (bits(v) >> 28) & 8
-    return mag | sign
+    """E2M1 code (0..15, sign in bit 3) of ``v`` (|v| <= 6 up to rounding), RNE ties to even (§2.4).
+
+    The grid spacing is half the binade of |v| (at least 0.5): adding ``C = binade * 2**22``
+    rounds |v| onto it with the fp32 add (ties to an even multiple = an even code). The rounded
+    r has exponent E and one mantissa bit M, and ``bits(r) >> 22 = 2E + M`` is the code plus
+    252 for r >= 1; r = 0.5 gives 252 (code 1) and r = 0 gives 0 (code 0).
+    """
+    u = bits(v)
+    a = from_bits(u & 0x7FFFFFFF)
+    c = from_bits(tl.maximum(u & 0x7F800000, 0x3F800000) + (22 << 23))
+    t = bits((a + c) - c) >> 22
+    mag = tl.maximum(t, 251) - tl.where(t >= 254, 252, 251)
+    return mag | ((u >> 28) & 8)

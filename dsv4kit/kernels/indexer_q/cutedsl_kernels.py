@@ -8,8 +8,9 @@ computes. Lanes 16..31 hold the rope half; each holds two complete GPT-J pairs, 
 no shuffles. The 128-dim amax (FP8) is one warp reduction; the four 32-dim MXFP4 blocks are
 8-lane groups. A CTA has 4 warps.
 
-All rounding is the integer recipe of :mod:`dsv4kit.kernels.cute_numerics`, identical to the
-Triton kernels, and every product/sum is an ``.rn`` instruction (no FMA contraction).
+Rounding is in :mod:`dsv4kit.kernels.cute_numerics` (bf16 and E2M1 as in the Triton kernels,
+e4m3 by the hardware RNE conversion), and every product/sum is an ``.rn`` instruction (no FMA
+contraction).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dsv4kit.kernels.cute_numerics import (
     add_rn,
     clog2,
     e2m1_code,
-    e4m3_byte,
+    e4m3x4,
     mul_rn,
     pow2,
     round_bf16,
@@ -96,9 +97,7 @@ def _fp8_kernel(mPos, mQ, mCS, mW, mQout, mWout, num_rows: Int32, ss: Float32, h
             # D1: floor before dividing; multiply by fl(1/448) (§2.1: same clog2 as / 448).
             e = clog2(mul_rn(cute.arch.fmax(amax, Float32(1e-4)), Float32(1.0 / 448.0)))
             inv = pow2(-e)
-            b0, b1 = e4m3_byte(mul_rn(y0, inv)), e4m3_byte(mul_rn(y1, inv))
-            b2, b3 = e4m3_byte(mul_rn(y2, inv)), e4m3_byte(mul_rn(y3, inv))
-            packed = b0 | (b1 << Uint32(8)) | (b2 << Uint32(16)) | (b3 << Uint32(24))
+            packed = e4m3x4(mul_rn(y0, inv), mul_rn(y1, inv), mul_rn(y2, inv), mul_rn(y3, inv))
             mQout[row, lane] = packed.bitcast(Int32)
             if lane == 0:
                 w = mW[row].to(Float32)

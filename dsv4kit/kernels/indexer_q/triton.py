@@ -69,15 +69,15 @@ class _TritonLaunch:
 
 
 class IndexerQFp8Triton(_TritonLaunch, IndexerQBase, TritonJitKernel["IndexerQBase.CompileKey"]):
-    """K1 on Triton: ``q_out`` written as e4m3 bytes, weights folded with the q scale."""
+    """K1 on Triton: ``q_out`` in e4m3fn, weights folded with the q scale."""
 
     cache_format = "fp8"
     kernel_fn = indexer_q_fp8_kernel
-    params = {**_SHARED_PARAMS, "q_out_ptr": Ptr(torch.uint8)}
+    params = {**_SHARED_PARAMS, "q_out_ptr": Ptr(torch.float8_e4m3fn)}
 
     def launch_args(self, positions, index_q, cos_sin_cache, index_weights, outs, ss, hs):
         q_fp8, w_out = outs
-        return (positions, index_q, cos_sin_cache, index_weights, q_fp8.view(torch.uint8), w_out,
+        return (positions, index_q, cos_sin_cache, index_weights, q_fp8, w_out,
                 q_fp8.shape[0] * q_fp8.shape[1], ss, hs)
 
 

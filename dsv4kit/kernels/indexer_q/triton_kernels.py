@@ -19,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from dsv4kit.kernels.triton_numerics import clog2, e2m1_code, e4m3_byte, pow2, round_bf16
+from dsv4kit.kernels.triton_numerics import clog2, e2m1_code, pow2, round_bf16, round_e4m3
 
 
 @triton.jit
@@ -61,7 +61,7 @@ def indexer_q_fp8_kernel(
     num_rows: tl.int32, softmax_scale: tl.float32, head_scale: tl.float32,
     NUM_HEADS: tl.constexpr, ROWS: tl.constexpr,
 ):
-    """K1: q_out bytes (e4m3fn as uint8) and weights_out = w * 2^e * ss * hs, per (token, head)."""
+    """K1: q_out (e4m3fn) and weights_out = w * 2^e * ss * hs, per (token, head)."""
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     ok = rows < num_rows
     nope, y_e, y_o = _load_rotated(q_ptr, pos_ptr, cs_ptr, rows, ok, NUM_HEADS, ROWS)
@@ -73,9 +73,11 @@ def indexer_q_fp8_kernel(
 
     base = rows[:, None] * 128
     m = ok[:, None]
-    tl.store(q_out_ptr + base + tl.arange(0, 64)[None, :], e4m3_byte(nope * inv), mask=m)
-    rope_bytes = tl.reshape(tl.join(e4m3_byte(y_e * inv), e4m3_byte(y_o * inv)), (ROWS, 64))
-    tl.store(q_out_ptr + base + 64 + tl.arange(0, 64)[None, :], rope_bytes, mask=m)
+    # round_e4m3 lands on the e4m3 grid, so the cast to fp8 is exact (also in the interpreter).
+    out_ty = q_out_ptr.dtype.element_ty
+    tl.store(q_out_ptr + base + tl.arange(0, 64)[None, :], round_e4m3(nope * inv).to(out_ty), mask=m)
+    rope = tl.reshape(tl.join(round_e4m3(y_e * inv), round_e4m3(y_o * inv)), (ROWS, 64))
+    tl.store(q_out_ptr + base + 64 + tl.arange(0, 64)[None, :], rope.to(out_ty), mask=m)
 
     w = tl.load(w_ptr + rows, mask=ok, other=0.0).to(tl.float32)
     tl.store(w_out_ptr + rows, ((w * pow2(e)) * softmax_scale) * head_scale, mask=ok)
