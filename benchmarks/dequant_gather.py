@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import random
 import sys
 import time
@@ -51,6 +52,10 @@ COMPILE_BUDGET_S = 120.0
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+#: Log each sweep point before timing it (set DSV4KIT_BENCH_TRACE=1 to find a faulting launch).
+TRACE = os.environ.get("DSV4KIT_BENCH_TRACE") == "1"
 
 
 def log(msg: str) -> None:
@@ -306,6 +311,8 @@ def section_bandwidth(ks, device: str, quick: bool, out_dir: Path) -> tuple[list
                 for name, fn in entries.items():
                     is_kernel = name in ks
                     err = ""
+                    if TRACE:
+                        log(f"  timing bs={bs} gather={with_g} nreq={nreq} rows={rows} {name}")
                     try:
                         ms = bench_ms(fn, device, quick, graph=is_kernel)
                         cold = bench_ms(fn, device, quick, graph=False) if is_kernel else ms
