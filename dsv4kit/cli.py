@@ -64,6 +64,14 @@ def _block_size(value: str) -> int:
     return b
 
 
+def _dtype_list(value: str) -> tuple[str, ...]:
+    items = tuple(v.strip() for v in value.split(",") if v.strip())
+    bad = [v for v in items if v not in ("float32", "bfloat16")]
+    if bad or not items:
+        raise argparse.ArgumentTypeError(f"expected a comma list of float32, bfloat16; got {value!r}")
+    return items
+
+
 def _positive(value: str) -> int:
     try:
         n = int(value)
@@ -123,6 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "Triton compiler holds the GIL. CuTeDSL keys always compile sequentially. "
                             "Each worker pays ~2-3 s of imports: worth it for many cold keys only")
         w.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+        w.add_argument("--warmup-block-size", type=_block_size, default=None,
+                       help="misconfiguration drill: warm for this B while the runtime uses --block-size")
+        w.add_argument("--warmup-cos-sin-dtypes", type=_dtype_list, default=None,
+                       help="misconfiguration drill: warm indexer-Q for these RoPE cache dtypes only (comma "
+                            "list of float32, bfloat16; default both, trap 1)")
         w.add_argument("--keys", action="store_true", help="also print one line per key")
         w.add_argument("--json", metavar="FILE", default=None, help="write the report as JSON to FILE")
         if name == "coverage":
@@ -176,18 +189,26 @@ def _build(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[A
     if getattr(args, "launch", False) and not _has_cuda():
         parser.error("--launch: needs a CUDA device (this machine has none); without --launch the replay "
                      "derives every call's key on CPU with the kernels' own dispatch")
+    settings = dict(
+        cache_dtype=args.cache_dtype, indexer_cache_dtype=args.indexer_cache,
+        block_size=args.block_size, max_num_batched_tokens=args.max_batched_tokens,
+        max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
+        rope_cache_dtype=getattr(args, "rope_cache_dtype", "float32"),
+        cuda_graphs=not args.no_cuda_graphs,
+        backend=None if args.backend == "auto" else args.backend,
+    )
+    drill = {k: v for k, v in (("block_size", args.warmup_block_size),
+                               ("warmup_cos_sin_dtypes", args.warmup_cos_sin_dtypes)) if v is not None}
     registry = WarmupRegistry()
     try:
-        with registry.activate():
-            stack = DSv4AttentionStack(
-                args.preset, platform,
-                cache_dtype=args.cache_dtype, indexer_cache_dtype=args.indexer_cache,
-                block_size=args.block_size, max_num_batched_tokens=args.max_batched_tokens,
-                max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
-                rope_cache_dtype=getattr(args, "rope_cache_dtype", "float32"),
-                cuda_graphs=not args.no_cuda_graphs,
-                backend=None if args.backend == "auto" else args.backend,
-            )
+        if drill:
+            # Warm one configuration, run another: the replay shows what the monitor catches.
+            with registry.activate():
+                DSv4AttentionStack(args.preset, platform, **{**settings, **drill})
+            stack = DSv4AttentionStack(args.preset, platform, **settings)
+        else:
+            with registry.activate():
+                stack = DSv4AttentionStack(args.preset, platform, **settings)
     except KernelInputError as exc:
         parser.error(str(exc))
     return stack, registry
@@ -197,6 +218,9 @@ def _warm(args: argparse.Namespace, stack: Any, registry: Any) -> Any:
     from dsv4kit.model.stack import warmup
 
     print(stack.describe())
+    if args.warmup_block_size is not None or args.warmup_cos_sin_dtypes is not None:
+        print(f"misconfiguration drill: warming with block size {args.warmup_block_size} / cos_sin dtypes "
+              f"{args.warmup_cos_sin_dtypes} instead of the runtime's")
     if args.jobs > 1:
         tri = sum(len(r.keys) for r in registry.registrations.values() if r.kernel.backend == "triton")
         print(f"--jobs {args.jobs}: {tri} Triton key(s) compiled in worker processes first")

@@ -477,6 +477,8 @@ class AttentionLayer:
     index: int
     compress_ratio: int  # 0: sliding-window only (treated as ratio 1)
     kernels: dict[str, JitKernel] = field(default_factory=dict)
+    #: family name -> the keys this layer registered
+    keys: dict[str, list[Any]] = field(default_factory=dict)
 
     @property
     def kind(self) -> str:
@@ -570,6 +572,8 @@ class DSv4AttentionStack:
             kernel = fam.register(self, layer)
         for reg in probe.registrations.values():
             keys = list(reg.keys)
+            mine = layer.keys.setdefault(fam.name, [])
+            mine += [k for k in keys if k not in mine]
             for _ in range(reg.count):
                 self.registry.register(reg.kernel, keys)
                 jit_registry.register(reg.kernel, keys)

@@ -514,16 +514,18 @@ class CoverageReport:
         r = self.result
         phases = ", ".join(f"{n} {p}" for p, n in r.stats.phases.items())
         mode = "launched" if r.launch else "dispatched on metadata stand-ins"
+        table = [ln for ln in self.ledger.summary().splitlines() if not ln.startswith("MISSED ")]
         lines = [f"replayed {r.steps} steps ({phases}) on every layer: {r.stats.num_calls} kernel calls "
-                 f"{mode}, {r.seconds:.2f} s", self.ledger.summary()]
+                 f"{mode}, {r.seconds:.2f} s", *table]
         lines += [str(m) for m in self.missed]
         lines += [str(d) for d in self.dead]
         seen = {(m.kernel, m.key) for m in self.missed}
-        extra = [e for e in r.compile_events if (e.kernel, e.key) not in seen]
-        lines += [f"COMPILE after warmup: {e.kernel} {e.key} ({e.source})" for e in extra]
+        extra = {(e.kernel, str(e.key), e.source) for e in r.compile_events if (e.kernel, e.key) not in seen}
+        lines += [f"COMPILE after warmup: {k} {key} ({src})" for k, key, src in sorted(extra)]
         verdict = "OK" if self.ok else "FAILED"
+        distinct = len({(e.kernel, str(e.key)) for e in r.compile_events})
         lines.append(f"coverage {verdict}: {len(self.missed)} missed key(s), {len(self.dead)} dead key(s), "
-                     f"{len(r.compile_events)} compile(s) after warmup")
+                     f"{len(r.compile_events)} call(s) stopped by the monitor ({distinct} distinct key(s))")
         return "\n".join(lines)
 
 

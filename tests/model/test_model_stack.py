@@ -1,0 +1,235 @@
+"""DSv4AttentionStack: registration mirrors runtime gating, settings are checked, families plug in."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from model_helpers import build
+
+from dsv4kit.errors import KernelInputError
+from dsv4kit.jit import KeyLedger, WarmupRegistry
+from dsv4kit.kernels.dequant_gather import kernel_for
+from dsv4kit.kernels.dequant_gather.common import DequantGatherBase
+from dsv4kit.kernels.indexer_q import indexer_q_kernel
+from dsv4kit.kernels.indexer_q.common import IndexerQBase
+from dsv4kit.kernels.toy import ToyConfig, ToyRowScale
+from dsv4kit.model.presets import DSV4_FLASH, DSV4_PRO
+from dsv4kit.model.stack import (
+    FAMILIES,
+    Call,
+    DSv4AttentionStack,
+    KernelFamily,
+    TensorSpec,
+    gpu_platform,
+    normalize_cache_dtype,
+)
+from dsv4kit.model.trace import coverage_report, make_trace, replay
+from dsv4kit.platform import cpu_platform
+
+IQ = IndexerQBase.CompileKey
+K3 = DequantGatherBase.CompileKey
+
+
+def iq_keys(dtypes=("float32", "bfloat16")):
+    return [IQ(cos_sin_dtype=d, coarsen=c) for d in dtypes for c in (1, 4)]
+
+
+# --------------------------------------------------------------------------- the spec table
+
+
+def test_flash_registers_the_spec_keys_once_per_kernel() -> None:
+    """Spec §2.11 DSv4-Flash table (the K1 and K3 rows); 43 layers collapse to one entry each."""
+    stack, registry = build()
+    assert registry.keys() == {"IndexerQFp8Triton": iq_keys(),
+                               "DequantGatherTriton": [K3(256, True), K3(64, False), K3(2, False)]}
+    regs = registry.registrations
+    assert regs["IndexerQFp8Triton"].count == 21       # C4 layers
+    assert regs["DequantGatherTriton"].count == 43     # every layer gathers its window in prefill
+    assert stack.registry.keys() == registry.keys()    # the stack keeps its own copy
+    assert [layer.compress_ratio for layer in stack.layers] == list(DSV4_FLASH.compress_ratios)
+
+
+def test_per_layer_gating() -> None:
+    stack, _ = build()
+    for layer in stack.layers:
+        r = layer.compress_ratio
+        assert ("indexer_q" in layer.kernels) == (r == 4)
+        want = [K3(256, True)] + ([K3(256 // r, False)] if r > 1 else [])
+        assert layer.keys["dequant_gather"] == want
+        assert layer.keys.get("indexer_q", []) == (iq_keys() if r == 4 else [])
+    assert {layer.kind for layer in stack.layers} == {"SWA", "C4", "C128"}
+
+
+def test_pro_preset_has_the_flash_keys() -> None:
+    """DSv4-Pro differs in index_topk only (its other fields are assumed); no kernel keys on it."""
+    _, flash = build(DSV4_FLASH)
+    _, pro = build("pro")
+    assert pro.keys() == flash.keys()
+    assert DSV4_PRO.index_topk == 1024
+
+
+@pytest.mark.parametrize("indexer,kernel,other", [("fp8", "IndexerQFp8Triton", "IndexerQMxfp4Triton"),
+                                                  ("mxfp4", "IndexerQMxfp4Triton", "IndexerQFp8Triton")])
+def test_indexer_cache_selects_k1_or_k2(indexer, kernel, other) -> None:
+    stack, registry = build(indexer_cache_dtype=indexer)
+    assert registry.keys()[kernel] == iq_keys()
+    assert other not in registry.keys()
+    c4 = next(layer for layer in stack.layers if layer.compress_ratio == 4)
+    assert c4.kernels["indexer_q"] is indexer_q_kernel(indexer, None, None, stack.platform)  # the op's
+
+
+@pytest.mark.parametrize("cache", ["bf16", "bfloat16", "auto", "fp8", "fp8_e4m3"])
+def test_plain_row_caches_have_no_k3(cache) -> None:
+    stack, registry = build(cache_dtype=cache)
+    assert "DequantGatherTriton" not in registry.keys()
+    assert all("dequant_gather" not in layer.kernels for layer in stack.layers)
+    assert "IndexerQFp8Triton" in registry.keys()
+    assert "not used by this configuration" in stack.describe()
+
+
+@pytest.mark.parametrize("b,want", [
+    (0, None),
+    (64, [K3(64, True), K3(16, False), K3(1, False)]),
+    (4, [K3(4, True), K3(1, False)]),            # both ratios -> page size 1
+    (1, [K3(1, True), K3(1, False)]),
+    (1024, [K3(1024, True), K3(256, False), K3(8, False)]),
+])
+def test_k3_keys_follow_block_size(b, want) -> None:
+    _, registry = build(block_size=b)
+    assert registry.keys().get("DequantGatherTriton") == want
+
+
+def test_no_active_registry_registers_nowhere_else() -> None:
+    outer = WarmupRegistry()
+    stack = DSv4AttentionStack(DSV4_FLASH, "sm_90a")     # no registry active
+    assert len(outer) == 0
+    assert len(stack.registry) == 7
+
+
+# --------------------------------------------------------------------------- platform gating
+
+
+def test_platform_gating_selects_what_the_ops_select() -> None:
+    """Trap 6: on a GPU platform CuTeDSL is registered, on CPU Triton; always the op's own kernel."""
+    for plat, backend in ((cpu_platform("sm_90a"), "triton"), (gpu_platform("sm_100a"), "cutedsl")):
+        stack, registry = build(platform=plat)
+        assert {r.kernel.backend for r in registry.registrations.values()} == {backend}
+        c4 = stack.layers[2]
+        assert c4.kernels["indexer_q"] is indexer_q_kernel("fp8", None, None, plat)
+        assert c4.kernels["dequant_gather"] is kernel_for(plat)
+        assert all(r.kernel.target == plat.arch for r in registry.registrations.values())
+
+
+def test_forced_backend() -> None:
+    _, registry = build(platform=gpu_platform("sm_90a"), backend="triton")
+    assert set(registry.keys()) == {"IndexerQFp8Triton", "DequantGatherTriton"}
+    with pytest.raises(KernelInputError, match="CuTeDSL kernels run only on a GPU"):
+        build(platform=cpu_platform("sm_90a"), backend="cutedsl")
+    with pytest.raises(KernelInputError, match="backend"):
+        build(backend="cuda")
+
+
+def test_arch_string_means_a_cpu_platform() -> None:
+    stack, _ = build(platform="sm_100a")
+    assert stack.platform == cpu_platform("sm_100a")
+    with pytest.raises(KernelInputError, match="arch"):
+        build(platform="sm_90")
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@pytest.mark.parametrize("settings,arg", [
+    (dict(cache_dtype="fp8_e5m2"), "cache_dtype"),
+    (dict(cache_dtype="float16"), "cache_dtype"),
+    (dict(indexer_cache_dtype="fp4"), "indexer_cache_dtype"),
+    (dict(block_size=3), "block_size"),
+    (dict(block_size=-4), "block_size"),
+    (dict(block_size=True), "block_size"),
+    (dict(max_num_batched_tokens=0), "max_num_batched_tokens"),
+    (dict(max_num_seqs=300, max_num_batched_tokens=256), "max_num_seqs"),
+    (dict(max_model_len=2**20 + 1), "max_model_len"),
+    (dict(rope_cache_dtype="float16"), "rope_cache_dtype"),
+    (dict(warmup_cos_sin_dtypes=()), "warmup_cos_sin_dtypes"),
+    (dict(warmup_cos_sin_dtypes=("float16",)), "warmup_cos_sin_dtypes"),
+])
+def test_bad_settings_rejected_at_configuration(settings, arg) -> None:
+    with pytest.raises(KernelInputError, match=f"DSv4AttentionStack: {arg}: expected"):
+        DSv4AttentionStack(DSV4_FLASH, "sm_90a", **settings)
+
+
+def test_cache_dtype_mapping_trap_3() -> None:
+    given = ("fp8_ds_mla", "fp8", "fp8_e4m3", "bf16", "bfloat16", "auto")
+    assert [normalize_cache_dtype(d) for d in given] == [
+        "fp8_ds_mla", "fp8", "fp8", "bfloat16", "bfloat16", "bfloat16"]
+    with pytest.raises(KernelInputError, match="fp8_e5m2"):
+        normalize_cache_dtype("fp8_e5m2")
+
+
+def test_unknown_preset() -> None:
+    with pytest.raises(KernelInputError, match="preset"):
+        DSv4AttentionStack("dsv3")
+    assert DSv4AttentionStack("DSv4-Pro", "sm_90a").preset is DSV4_PRO
+
+
+def test_cuda_graph_sizes() -> None:
+    assert build()[0].cuda_graph_sizes()[:5] == (1, 2, 4, 8, 16)
+    assert build()[0].cuda_graph_sizes()[-1] == 256                      # max_num_seqs
+    assert build(max_num_seqs=1024, max_num_batched_tokens=8192)[0].cuda_graph_sizes()[-1] == 512
+    assert build(max_num_seqs=12, max_num_batched_tokens=12)[0].cuda_graph_sizes() == (1, 2, 4, 8, 12)
+    assert build(cuda_graphs=False)[0].cuda_graph_sizes() == ()
+
+
+# --------------------------------------------------------------------------- extensibility
+
+
+def test_a_new_family_plugs_in() -> None:
+    """A row added to the family table registers per layer and is called by the replay."""
+    toy = ToyRowScale()
+
+    def register(stack, layer):
+        if layer.compress_ratio != 0:
+            return None
+        toy.register_warmup(ToyConfig(width=512, max_tokens=stack.max_num_batched_tokens))
+        return toy
+
+    def call_sites(stack, layer, step):
+        if "toy" not in layer.kernels:
+            return []
+        x = TensorSpec((step.padded_tokens, 512), torch.float32)
+        return [Call(fam, layer.kernels["toy"], "toy", {"x": x})]
+
+    fam = KernelFamily(
+        name="toy", spec="T0", summary="toy row scale on sliding-window layers",
+        owns=lambda k: isinstance(k, ToyRowScale), register=register, call_sites=call_sites,
+        dispatch=lambda kernel, args: kernel.dispatch(args["x"], args["x"].shape[0]),
+        launch=lambda stack, kernel, args: kernel(args["x"]),
+        explain_dead=lambda stack, kernel, key, stats: "toy keys in bfloat16 are never requested"
+        if key.dtype == "bfloat16" else None,
+    )
+    stack, registry = build(families=(*FAMILIES, fam))
+    assert registry.registrations["ToyRowScale"].count == 2
+    assert [layer.index for layer in stack.layers if "toy" in layer.kernels] == [0, 1]
+    ToyRowScale.clear_cache()
+    ledger = KeyLedger()
+    with ledger:
+        registry.warmup(progress=False)
+    result = replay(stack, make_trace("decode", stack, steps=4), ledger=ledger)
+    assert result.ok
+    assert result.stats.calls[("toy", "toy")] == 2 * result.steps
+    cov = coverage_report(stack, ledger, result)
+    reasons = {d.key: d.reason for d in cov.dead if d.kernel == "ToyRowScale"}
+    toy_key = ToyRowScale.CompileKey
+    assert reasons == {toy_key("float32", 512, 4): "never requested by this trace",   # decode T <= 256
+                       toy_key("bfloat16", 512, 1): "toy keys in bfloat16 are never requested",
+                       toy_key("bfloat16", 512, 4): "toy keys in bfloat16 are never requested"}
+
+
+def test_describe_and_replaced_preset() -> None:
+    small = dataclasses.replace(DSV4_FLASH, num_layers=3, compress_ratios=(0, 4, 128))
+    stack, registry = build(small)
+    assert registry.registrations["IndexerQFp8Triton"].count == 1
+    text = stack.describe()
+    assert "3 layers (1 SWA, 1 C4, 1 C128)" in text and "IndexerQFp8Triton (triton) x1 layers, 4 keys" in text
