@@ -18,8 +18,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/dsv4kit warmup --arch $(ARCH)
-	$(VENV)/bin/dsv4kit coverage --arch $(ARCH)
+	$(VENV)/bin/dsv4kit warmup --preset flash --arch $(ARCH)
+	$(VENV)/bin/dsv4kit coverage --preset flash --arch $(ARCH) --trace all
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
