@@ -151,8 +151,9 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     configs = CONFIGS[:1] if args.quick else CONFIGS
-    if args.cpu_smoke:
+    if args.cpu_smoke and not args.quick:
         configs = [c for c in CONFIGS if c[0] in ("flash-default", "flash-mxfp4", "flash-bf16-plain-B64")]
+    if args.cpu_smoke:
         args.steps = min(args.steps, 2)
     prov = provenance({"script": "benchmarks/replay_gpu.py", "steps": args.steps, "seed": args.seed,
                        "cpu_smoke": args.cpu_smoke})

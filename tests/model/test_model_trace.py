@@ -212,3 +212,21 @@ def test_warn_mode_counts_without_raising() -> None:
     result = replay(stack, make_trace("decode", stack, steps=2), mode="warn")
     assert not result.misses and result.compile_events     # logged, compiled, not raised
     assert not result.ok
+
+
+def test_gpu_replay_script_cpu_smoke(tmp_path) -> None:
+    """benchmarks/replay_gpu.py runs end to end (4-layer model, Triton interpreter) and reports."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, str(repo / "benchmarks" / "replay_gpu.py"), "--out", str(tmp_path),
+                          "--cpu-smoke", "--quick"], capture_output=True, text=True, cwd=repo)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    (r,) = report["results"]
+    assert r["ok"] and r["dispatch_replay_matches_launch"] and r["missed"] == [] and r["monitor_events"] == []
+    assert r["triton_runtime_compiles"] == 0 and sum(r["calls"].values()) > 0
+    assert "| flash-default | yes |" in (tmp_path / "report.md").read_text()
