@@ -88,12 +88,24 @@ def test_coverage_miss_exits_1_and_names_the_field(capsys, drill, field) -> None
     (["coverage", "--steps", "0"], "expected an integer >= 1, got 0"),
     (["coverage", "--trace", "burst"], "invalid choice: 'burst'"),
     (["warmup", "--warmup-cos-sin-dtypes", "float16"], "expected a comma list of float32, bfloat16"),
+    (["warmup", "--device", "cpu", "--backend", "cutedsl"], "CuTeDSL kernels run only on a GPU"),
 ])
 def test_bad_input_exits_2(capsys, argv, message) -> None:
     rc, out, err = run_main(capsys, *argv)
     assert rc == 2
     assert message in err and "usage: dsv4kit" in err
     assert "warmup (" not in out        # nothing compiled
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU path")
+def test_device_cuda_without_gpu_is_a_compile_only_gpu_warmup(capsys) -> None:
+    """--device cuda on a CPU machine: register and compile what an sm_100a process would (CuTeDSL)."""
+    rc, out, _ = run_main(capsys, "coverage", "--device", "cuda", "--arch", "sm_100a", "--no-progress",
+                          "--steps", "4")
+    assert rc == 0
+    assert "platform cuda sm_100a: no device, compile only" in out
+    assert "IndexerQFp8CuTeDSL" in out and "DequantGatherCuTeDSL" in out and "Triton " not in out
+    assert "coverage OK" in out
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU message")

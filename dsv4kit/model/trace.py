@@ -412,24 +412,15 @@ def replay(
             stats.prefill_steps += bool(step.prefill_chunks)
             stats.cuda_graph_steps += step.cuda_graph
             stats.max_seq_len = max(stats.max_seq_len, step.max_seq_len)
-            by_ratio: dict[int, list[Any]] = {}
             for layer in stack.layers:
-                calls = by_ratio.get(layer.compress_ratio)
-                if calls is None or launch:
-                    calls = stack.calls(layer, step)
-                    if not launch:
-                        calls = [(c, c.like_args(dev.type)) for c in calls]
-                        by_ratio[layer.compress_ratio] = calls
-                for item in calls:
-                    call, likes = item if not launch else (item, None)
-                    # A ratio's calls are built once per step; the kernel object is the layer's own.
-                    kernel = layer.kernels[call.family.name]
+                for call in stack.calls(layer, step):
+                    kernel = call.kernel
                     stats.calls[(call.family.name, call.site)] += 1
                     try:
                         if launch:
                             call.family.launch(stack, kernel, call.real_args(dev, pools))
                             continue
-                        key = call.family.dispatch(kernel, likes)
+                        key = call.family.dispatch(kernel, call.like_args(dev.type))
                         stats.keys_by_site.setdefault((kernel.name, call.site), Counter())[key] += 1
                         kernel.check_key(key)
                         kernel._get_or_compile(key)
