@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dsv4kit.errors import KernelInputError
+from dsv4kit.errors import KernelInputError, format_key
 
 ARCHES = ("sm_90a", "sm_100a")
 DEVICES = ("auto", "cpu", "cuda")
@@ -234,7 +234,7 @@ def _warm(args: argparse.Namespace, stack: Any, registry: Any) -> Any:
             print(f"  {row['kernel']:<24} {row['key']:<70} {row['seconds']:7.3f} s  regs {regs}"
                   f"  spills {row.get('spills', '-')}" + (f"  ERROR {row['error']}" if row["error"] else ""))
     for f in report.failures:
-        print(f"FAILED {f.kernel} {f.key}: {f.error}", file=sys.stderr)
+        print(f"FAILED {f.kernel} {format_key(f.key)}: {f.error}", file=sys.stderr)
     return report
 
 

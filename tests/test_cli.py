@@ -134,3 +134,23 @@ def test_entry_point_and_module() -> None:
     bad = subprocess.run([sys.executable, "-m", "dsv4kit", "warmup", "--cache-dtype", "fp8_e5m2"],
                          capture_output=True, text=True, env=env, cwd=REPO)
     assert bad.returncode == 2 and "unsupported KV cache dtype 'fp8_e5m2'" in bad.stderr
+
+
+def test_warmup_failure_exits_1(capsys, monkeypatch) -> None:
+    """A key that fails to compile: every other key is still tried, the table says so, exit code 1."""
+    from dsv4kit.kernels.dequant_gather.triton import DequantGatherTriton
+
+    real = DequantGatherTriton.compile
+
+    def broken(self, key):
+        if key.block_size == 2:
+            raise RuntimeError("ptxas exploded")
+        return real(self, key)
+
+    monkeypatch.setattr(DequantGatherTriton, "compile", broken)
+    rc, out, err = run_main(capsys, "warmup", "--no-progress")
+    assert rc == 1
+    assert "7 key(s)" in out and "1 failure(s)" in out
+    assert "FAILED DequantGatherTriton" in err and "ptxas exploded" in err
+    rc, out, _ = run_main(capsys, "coverage", "--no-progress", "--steps", "2")
+    assert rc == 1 and "coverage" not in out.split("failure(s)")[-1]    # no replay after a failed warmup
