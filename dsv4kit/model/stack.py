@@ -247,7 +247,10 @@ class KernelFamily:
     lists the op calls the layer makes in a serving step. ``dispatch(kernel, args)`` maps op
     arguments to the key exactly as the op's ``__call__`` does. ``launch(stack, kernel, args)``
     runs the public op. ``explain_dead(stack, kernel, key, stats)`` says why a warmed key was
-    never requested, or returns None when the family has no specific reason.
+    never requested, or returns None when the family has no specific reason. ``owns(kernel)``:
+    whether a kernel object (any variant, any backend) belongs to the family.
+    ``not_selected(stack, kernel)``: why the runtime never calls that kernel object (the other
+    variant; the family unused by the configuration), or None.
     """
 
     name: str
@@ -259,6 +262,7 @@ class KernelFamily:
     dispatch: Callable[[JitKernel, Mapping[str, Any]], Any]
     launch: Callable[[DSv4AttentionStack, JitKernel, Mapping[str, Any]], Any]
     explain_dead: Callable[[DSv4AttentionStack, JitKernel, Any, ReplayStats], str | None]
+    not_selected: Callable[[DSv4AttentionStack, JitKernel], str | None] = lambda stack, kernel: None
 
 
 # --------------------------------------------------------------------------- K1/K2 indexer-Q
@@ -314,13 +318,17 @@ def _iq_launch(stack: DSv4AttentionStack, kernel: Any, args: Mapping[str, Any]) 
                                 backend=stack.backend)
 
 
-def _iq_explain(stack: DSv4AttentionStack, kernel: Any, key: Any, stats: ReplayStats) -> str | None:
-    from dsv4kit.kernels.indexer_q import COARSEN_AT
-
+def _iq_not_selected(stack: DSv4AttentionStack, kernel: Any) -> str | None:
     fmt = getattr(kernel, "cache_format", None)
     if fmt is not None and fmt != stack.indexer_cache_dtype:
         return (f"{fmt.upper()} variant not selected: this runtime's indexer cache is "
                 f"{stack.indexer_cache_dtype}")
+    return None
+
+
+def _iq_explain(stack: DSv4AttentionStack, kernel: Any, key: Any, stats: ReplayStats) -> str | None:
+    from dsv4kit.kernels.indexer_q import COARSEN_AT
+
     if key.cos_sin_dtype != stack.rope_cache_dtype:
         return (f"cos_sin {key.cos_sin_dtype} never requested: this runtime's RoPE cache is "
                 f"{stack.rope_cache_dtype} (the other dtype is warmed for a model-dtype cast, trap 1)")
@@ -346,7 +354,7 @@ INDEXER_Q = KernelFamily(
     summary="indexer-Q RoPE + FP8 (K1) or MXFP4 (K2) quant; C4 layers, every step, all T tokens",
     owns=_iq_owns,
     register=_iq_register, call_sites=_iq_call_sites, dispatch=_iq_dispatch, launch=_iq_launch,
-    explain_dead=_iq_explain,
+    explain_dead=_iq_explain, not_selected=_iq_not_selected,
 )
 
 
@@ -439,10 +447,14 @@ def _k3_launch(stack: DSv4AttentionStack, kernel: Any, args: Mapping[str, Any]) 
                                          backend=stack.backend, platform=stack.platform, debug_checks=False)
 
 
-def _k3_explain(stack: DSv4AttentionStack, kernel: Any, key: Any, stats: ReplayStats) -> str | None:
+def _k3_not_selected(stack: DSv4AttentionStack, kernel: Any) -> str | None:
     if not _k3_used(stack):
         why = "B = 0 (no paged cache)" if stack.block_size == 0 else f"the KV cache is {stack.cache_dtype}"
         return f"K3 not used by this runtime: {why}; K3 is the fp8_ds_mla sparse-MLA prefill path"
+    return None
+
+
+def _k3_explain(stack: DSv4AttentionStack, kernel: Any, key: Any, stats: ReplayStats) -> str | None:
     if stats.prefill_steps == 0:
         return "no prefill in this trace: K3 gathers only on the sparse-MLA prefill path"
     return None
@@ -459,7 +471,7 @@ DEQUANT_GATHER = KernelFamily(
     summary="fp8_ds_mla -> bf16 gather for sparse-MLA prefill: window (B) and compressed (B // R) pages",
     owns=_k3_owns,
     register=_k3_register, call_sites=_k3_call_sites, dispatch=_k3_dispatch, launch=_k3_launch,
-    explain_dead=_k3_explain,
+    explain_dead=_k3_explain, not_selected=_k3_not_selected,
 )
 
 #: Every kernel family of the kit the model uses, in call order within a layer. Add a row to

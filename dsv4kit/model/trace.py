@@ -551,21 +551,21 @@ def coverage_report(
 
 def _dead_reason(stack: DSv4AttentionStack, kernel: JitKernel | None, name: str, key: Any,
                  own: Mapping[str, set[Any]], stats: ReplayStats) -> str:
-    family = stack.family_of(name)
-    if family is None:
+    if name not in stack.kernels():
         # Warmed, but not a kernel this runtime calls: another variant or backend of a family.
         fam = next((f for f in stack.families if kernel is not None and f.owns(kernel)), None)
-        if fam is None:
+        if fam is None or kernel is None:
             return f"{name} belongs to no kernel family of this stack"
-        why = fam.explain_dead(stack, kernel, key, stats)
-        if why is not None and ("not selected" in why or "not used" in why):
+        why = fam.not_selected(stack, kernel)
+        if why is not None:
             return why
         used = sorted({lay.kernels[fam.name].backend for lay in stack.layers if fam.name in lay.kernels})
-        return (f"{getattr(kernel, 'backend', '?')} backend not selected: this runtime's {fam.name} runs "
+        return (f"{kernel.backend} backend not selected: this runtime's {fam.name} runs "
                 f"{', '.join(used) or 'nothing'} on {stack.platform.device} {stack.platform.arch} (trap 6)")
     if key not in own.get(name, set()):
         return "not a warmup key of this runtime configuration (warmed by a differently configured warmup)"
-    why = family.explain_dead(stack, kernel, key, stats) if kernel is not None else None
+    family = stack.family_of(name)
+    why = family.explain_dead(stack, stack.kernels()[name], key, stats) if family is not None else None
     return why or "never requested by this trace"
 
 
