@@ -66,7 +66,10 @@ __all__ = [
     "check_block_size",
     "gpu_platform",
     "normalize_cache_dtype",
+    "prefetch_triton",
+    "registrations_table",
     "resolve_preset",
+    "union_keys",
     "warmup",
 ]
 

@@ -31,7 +31,8 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -405,7 +406,7 @@ def replay(
     pools: dict[Any, torch.Tensor] = {}
     t0 = time.perf_counter()
     monitor = JitMonitor(mode)  # type: ignore[arg-type]
-    with use_platform(stack.platform), _entered(ledger), monitor:
+    with use_platform(stack.platform), ledger if ledger is not None else nullcontext(), monitor:
         for step in trace:
             stats.phases[step.phase] += 1
             stats.tokens.append(step.padded_tokens)
@@ -431,21 +432,6 @@ def replay(
         if launch and dev.type == "cuda":
             torch.cuda.synchronize(dev)
     return ReplayResult(stats, misses, list(monitor.events), launch, time.perf_counter() - t0, len(trace))
-
-
-class _entered:
-    """``with _entered(ledger)``: enter the ledger if there is one."""
-
-    def __init__(self, ledger: KeyLedger | None) -> None:
-        self.ledger = ledger
-
-    def __enter__(self) -> None:
-        if self.ledger is not None:
-            self.ledger.__enter__()
-
-    def __exit__(self, *exc: object) -> None:
-        if self.ledger is not None:
-            self.ledger.__exit__(*exc)
 
 
 # --------------------------------------------------------------------------- coverage
@@ -567,18 +553,3 @@ def _dead_reason(stack: DSv4AttentionStack, kernel: JitKernel | None, name: str,
     family = stack.family_of(name)
     why = family.explain_dead(stack, stack.kernels()[name], key, stats) if family is not None else None
     return why or "never requested by this trace"
-
-
-def sample_keys(result: ReplayResult) -> dict[str, list[Any]]:
-    """Kernel name -> distinct keys the replay derived (dispatch mode), in first-seen order."""
-    out: dict[str, dict[Any, None]] = {}
-    for (name, _site), keys in result.stats.keys_by_site.items():
-        d = out.setdefault(name, {})
-        for k in keys:
-            d.setdefault(k, None)
-    return {k: list(v) for k, v in out.items()}
-
-
-def phases_of(kind: str) -> Sequence[str]:
-    """Phases a trace kind contains."""
-    return {"decode": ("capture", "decode"), "prefill": ("prefill",), "mixed": ("mixed",)}.get(kind, PHASES)
