@@ -332,6 +332,9 @@ def make_trace(
             t = edges[i] if i < len(edges) else g.rng.choice([budget, g.rng.randint(1, budget)])
             t = min(t, seqs * ctx)
             g.add("prefill", g.prefill_seqs(t, seqs))
+    if kind == "mixed" and (budget < 2 or seqs < 2):
+        raise input_error(TRACE, "kind", "decode, prefill or all: mixed batches need max_num_seqs >= 2 and "
+                          "max_num_batched_tokens >= 2", f"mixed with {seqs} sequence(s), {budget} token(s)")
     if "mixed" in phases and budget >= 2 and seqs >= 2:
         edges = edge_counts(budget)
         for i in range(steps):

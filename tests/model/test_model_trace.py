@@ -105,6 +105,12 @@ def test_bad_trace_arguments(kwargs, arg) -> None:
         make_trace(kind, LIMITS, **kwargs)
 
 
+def test_mixed_needs_two_sequences() -> None:
+    with pytest.raises(KernelInputError, match="mixed batches need max_num_seqs >= 2"):
+        make_trace("mixed", TraceLimits(16, 1, 100, (1,)))
+    assert "mixed" not in make_trace("all", TraceLimits(16, 1, 100, (1,)), steps=3).phases()
+
+
 def test_check_rejects_what_a_scheduler_cannot_emit() -> None:
     small = TraceLimits(16, 4, 100, (1, 2, 4))
     bad = [
