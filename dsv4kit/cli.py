@@ -1,4 +1,4 @@
-"""The ``dsv4kit`` command: warm a DSv4 model's attention kernels, replay serving traces, report coverage.
+"""dsv4kit: warm a DSv4 model's attention kernels, replay serving traces, report coverage.
 
     dsv4kit warmup   [--preset flash|pro] [--arch sm_90a|sm_100a] [--cache-dtype ...] ...
     dsv4kit coverage [same options] [--trace decode|prefill|mixed|all] [--steps N] [--plot FILE]
