@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["compiling", "cubin_resources", "in_warmup_compile"]
+__all__ = ["CompileCounter", "compiling", "cubin_resources", "in_warmup_compile"]
 
 # Set while a kernel's own compile(key) runs: the backend hooks then stay quiet, because a
 # compile reached through JitKernel._get_or_compile was already reported (before it started).
@@ -33,6 +33,22 @@ def compiling() -> Iterator[None]:
 def in_warmup_compile() -> bool:
     """True inside :func:`compiling`."""
     return _COMPILING.get()
+
+
+class CompileCounter:
+    """Compiles a backend hook saw (warmup ones included), one dict per compile."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    @property
+    def count(self) -> int:
+        return len(self.events)
+
+    @property
+    def runtime_count(self) -> int:
+        """Compiles that were not a kernel's own warmup compile."""
+        return sum(1 for e in self.events if not e["warmup"])
 
 
 @functools.cache

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from dsv4kit.backends._common import compiling, cubin_resources, in_warmup_compile
+from dsv4kit.backends._common import CompileCounter, compiling, cubin_resources, in_warmup_compile
 from dsv4kit.errors import ContractError, input_error
 from dsv4kit.jit import CompileArtifact, JitKernel, active_monitor, register_monitor_hook
 from dsv4kit.platform import Platform, check_arch, current_platform
@@ -150,19 +150,8 @@ def _install_cute_hook(monitor: Any) -> Callable[[], None]:
 register_monitor_hook(_install_cute_hook)
 
 
-class CuteCompileCounter:
-    """Counts ``cute.compile`` calls (warmup ones included)."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-
-    @property
-    def count(self) -> int:
-        return len(self.events)
-
-    @property
-    def runtime_count(self) -> int:
-        return sum(1 for e in self.events if not e["warmup"])
+#: Counts ``cute.compile`` calls.
+CuteCompileCounter = CompileCounter
 
 
 @contextlib.contextmanager

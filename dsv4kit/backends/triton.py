@@ -58,7 +58,7 @@ from triton.compiler import ASTSource, make_backend
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
-from dsv4kit.backends._common import compiling, cubin_resources, in_warmup_compile
+from dsv4kit.backends._common import CompileCounter, compiling, cubin_resources, in_warmup_compile
 from dsv4kit.errors import ContractError, input_error
 from dsv4kit.jit import CompileArtifact, JitKernel, active_monitor, register_monitor_hook
 from dsv4kit.platform import Platform, arch_capability, current_platform
@@ -335,20 +335,8 @@ def _install_triton_hooks(monitor: Any) -> Callable[[], None]:
 register_monitor_hook(_install_triton_hooks)
 
 
-class TritonCompileCounter:
-    """Counts Triton compiles seen by ``jit_post_compile_hook`` (warmup ones included)."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-
-    @property
-    def count(self) -> int:
-        return len(self.events)
-
-    @property
-    def runtime_count(self) -> int:
-        """Compiles that were not a kernel's own warmup compile."""
-        return sum(1 for e in self.events if not e["warmup"])
+#: Counts Triton compiles seen by ``jit_post_compile_hook``.
+TritonCompileCounter = CompileCounter
 
 
 @contextlib.contextmanager
