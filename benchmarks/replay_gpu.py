@@ -16,8 +16,15 @@ B = 64, DSv4-Pro, forced Triton backend, a bf16 RoPE cache at runtime) the scrip
 3. replays the same trace in dispatch mode (keys derived on metadata stand-ins, what the CPU
    CI does) and checks that both ledgers hold the same requests, call for call.
 
+Each configuration runs in its own process (``--only NAME``), so a device fault in one (an
+illegal memory access poisons the CUDA context) is recorded with its log tail and the others
+still run; ``--blocking`` sets ``CUDA_LAUNCH_BLOCKING=1`` there, so a fault is raised at the call
+that caused it (the replay names step, layer, call site and shapes). ``--max-model-len`` bounds
+the contexts (default: the preset's 2**20; the K3 workspace of a prefill step grows with it).
+
 Writes to DIR: ``report.json`` (per configuration: warmup rows, calls, misses, compiles after
-warmup, ledger agreement, wall time), ``report.md`` (a summary table), ``provenance.json``.
+warmup, ledger agreement, wall time), ``report.md`` (a summary table), ``provenance.json``, and
+``config_NAME.json`` / ``config_NAME.log`` per configuration.
 Exit code 0 iff every configuration had zero misses, zero compiles after warmup and agreeing
 ledgers. Without a GPU the script says so and exits 2, unless ``--cpu-smoke`` is given (a 4-layer
 model with small limits, launched under the Triton interpreter: tests the script, not the GPU).
@@ -27,9 +34,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import os
+import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,7 +69,8 @@ def tiny_preset():
                                compress_rope=dataclasses.replace(DSV4_FLASH.compress_rope, max_pos=4096))
 
 
-def run_config(name: str, settings: dict, steps: int, seed: int, smoke: bool) -> dict:
+def run_config(name: str, settings: dict, steps: int, seed: int, smoke: bool,
+               max_model_len: int | None = None) -> dict:
     from dsv4kit.backends.triton import count_triton_compiles
     from dsv4kit.jit import KeyLedger, WarmupRegistry
     from dsv4kit.model.stack import DSv4AttentionStack
@@ -73,6 +83,8 @@ def run_config(name: str, settings: dict, steps: int, seed: int, smoke: bool) ->
     if smoke:
         settings.update(max_num_batched_tokens=24, max_num_seqs=4, max_model_len=96,
                         block_size=settings.get("block_size", 16))
+    elif max_model_len is not None:
+        settings["max_model_len"] = max_model_len
     platform = detect_platform()
     registry = WarmupRegistry()
     with registry.activate():
@@ -134,18 +146,34 @@ def run_config(name: str, settings: dict, steps: int, seed: int, smoke: bool) ->
     return out
 
 
+def child(args: argparse.Namespace) -> int:
+    """Run one configuration (``--only NAME``) and write ``config_NAME.json``."""
+    settings = dict(CONFIGS)[args.only]
+    result = run_config(args.only, settings, args.steps, args.seed, args.cpu_smoke, args.max_model_len)
+    (Path(args.out) / f"config_{args.only}.json").write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="directory for report.json, report.md, provenance.json")
     ap.add_argument("--steps", type=int, default=32, help="trace steps per phase (default 32)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="only the DSv4-Flash default configuration")
+    ap.add_argument("--max-model-len", type=int, default=None, help="bound the contexts (default 2**20)")
+    ap.add_argument("--blocking", action="store_true", help="CUDA_LAUNCH_BLOCKING=1 in each configuration")
+    ap.add_argument("--timeout", type=int, default=900, help="seconds per configuration (default 900)")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="no GPU: a 4-layer model launched under the Triton interpreter (tests the script)")
+    ap.add_argument("--only", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if not torch.cuda.is_available() and not args.cpu_smoke:
         log("replay_gpu.py: no CUDA device here; run it on a GPU (or pass --cpu-smoke to test the script)")
         return 2
+    if args.cpu_smoke:
+        args.steps = min(args.steps, 2)
+    if args.only is not None:
+        return child(args)
     from dsv4kit.bench import provenance, write_json
 
     out = Path(args.out)
@@ -153,18 +181,34 @@ def main() -> int:
     configs = CONFIGS[:1] if args.quick else CONFIGS
     if args.cpu_smoke and not args.quick:
         configs = [c for c in CONFIGS if c[0] in ("flash-default", "flash-mxfp4", "flash-bf16-plain-B64")]
-    if args.cpu_smoke:
-        args.steps = min(args.steps, 2)
     prov = provenance({"script": "benchmarks/replay_gpu.py", "steps": args.steps, "seed": args.seed,
+                       "max_model_len": args.max_model_len, "blocking": args.blocking,
                        "cpu_smoke": args.cpu_smoke})
     write_json(out / "provenance.json", prov)
+    env = {**os.environ, **({"CUDA_LAUNCH_BLOCKING": "1"} if args.blocking else {})}
     results = []
-    for name, settings in configs:
+    for name, _ in configs:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--out", str(out), "--only", name,
+               "--steps", str(args.steps), "--seed", str(args.seed)]
+        cmd += ["--cpu-smoke"] if args.cpu_smoke else []
+        cmd += ["--max-model-len", str(args.max_model_len)] if args.max_model_len else []
+        log(f"--- {name}")
+        t0 = time.perf_counter()
         try:
-            results.append(run_config(name, settings, args.steps, args.seed, args.cpu_smoke))
-        except Exception as exc:  # record and go on: one broken configuration must not hide the others
-            log(traceback.format_exc())
-            results.append({"config": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+            run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+            rc, text = run.returncode, run.stdout + run.stderr
+        except subprocess.TimeoutExpired as exc:
+            rc, text = -1, f"timed out after {args.timeout} s\n{exc.stdout or ''}{exc.stderr or ''}"
+        (out / f"config_{name}.log").write_text(text if isinstance(text, str) else str(text))
+        path = out / f"config_{name}.json"
+        if rc == 0 and path.exists():
+            results.append(json.loads(path.read_text()))
+        else:
+            results.append({"config": name, "ok": False, "returncode": rc,
+                            "error": text.strip().splitlines()[-1] if text.strip() else "no output",
+                            "log_tail": text[-4000:]})
+        log(f"{name}: {'OK' if results[-1]['ok'] else 'FAILED'} ({time.perf_counter() - t0:.0f} s)"
+            + ("" if results[-1]["ok"] else f": {results[-1].get('error', '')}"))
     write_json(out / "report.json", {"provenance": prov, "results": results})
     where = "CPU smoke, interpreter" if args.cpu_smoke else "GPU"
     lines = [f"# DSv4 replay on {prov.get('device')} ({where})",

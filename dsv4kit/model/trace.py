@@ -432,6 +432,13 @@ def replay(
                         misses.append(err)
                         if stop_on_miss:
                             raise
+                    except Exception as exc:
+                        # Name the call (a device fault in launch mode surfaces here, or at a later call).
+                        if hasattr(exc, "add_note"):
+                            shapes = {k: v.shape for k, v in call.args.items() if hasattr(v, "shape")}
+                            exc.add_note(f"replay: step {step.index} ({step.phase}), layer {layer.index}, "
+                                         f"{call.site} on {kernel.name}, shapes {shapes}")
+                        raise
         if launch and dev.type == "cuda":
             torch.cuda.synchronize(dev)
     return ReplayResult(stats, misses, list(monitor.events), launch, time.perf_counter() - t0, len(trace))
