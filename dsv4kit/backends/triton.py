@@ -381,7 +381,7 @@ class TritonJitKernel(JitKernel[K]):
     #: Where each parameter of ``kernel_fn`` comes from.
     params: ClassVar[Mapping[str, Param]]
 
-    _variants: ClassVar[dict[Any, TritonVariant]]
+    _variants: ClassVar[dict[str, dict[Any, TritonVariant]]]   # target -> key -> specialization
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         cls._variants = {}
@@ -521,8 +521,8 @@ class TritonJitKernel(JitKernel[K]):
         return TritonVariant(key, _describe(self.kernel_fn, spec, opts))
 
     def warmed_variants(self) -> list[TritonVariant]:
-        """The specializations compiled so far (one per warmed key)."""
-        return list(type(self)._variants.values())
+        """The specializations compiled so far for this target (one per warmed key)."""
+        return list(type(self)._variants.get(self.target, {}).values())
 
     # ------------------------------------------------------------------ compiling
     def compile_for(self, key: K, arch: str) -> CompileArtifact:
@@ -564,7 +564,7 @@ class TritonJitKernel(JitKernel[K]):
                 art = self.compile_for(key, self.target)
                 variant = TritonVariant(key, art.info["specialization"])
                 executor = self._interpreter_executor(key, variant)
-        type(self)._variants[key] = variant
+        type(self)._variants.setdefault(self.target, {})[key] = variant
         self._cache_executor(key, executor, art)
 
     # ------------------------------------------------------------------ launching

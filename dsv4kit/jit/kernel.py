@@ -12,8 +12,9 @@ A kernel class declares
   store an executor with :meth:`_cache_executor`.
 * ``__call__`` decorated with :func:`~dsv4kit.jit.launcher.kernel_launcher`.
 
-Executors are cached per kernel *class*, so every instance (one per layer, say)
-shares what warmup compiled.
+Executors are cached per kernel *class* and compile target, so every instance (one per
+layer, say) shares what warmup compiled for its target, and a process that compiles for two
+targets (sm_90a and sm_100a on a CPU) never hands one target's executor to the other.
 """
 
 from __future__ import annotations
@@ -88,8 +89,8 @@ class JitKernel(Generic[K]):
     target: str = "cpu"
 
     _dispatch_program: ClassVar[DispatchProgram | None] = None
-    _executors: ClassVar[dict[Any, Callable[..., Any]]]
-    _artifacts: ClassVar[dict[Any, CompileArtifact]]
+    _executors: ClassVar[dict[str, dict[Any, Callable[..., Any]]]]   # target -> key -> executor
+    _artifacts: ClassVar[dict[str, dict[Any, CompileArtifact]]]       # target -> key -> artifact
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -152,39 +153,43 @@ class JitKernel(Generic[K]):
                 raise input_error(self.name, f.name, f"{f.default!r} (fixed)", repr(getattr(key, f.name)))
 
     # ------------------------------------------------------------------ executors
+    def _executor_cache(self) -> dict[Any, Callable[..., Any]]:
+        """Key -> executor for this kernel class and this instance's target."""
+        return type(self)._executors.setdefault(self.target, {})
+
     def _cache_executor(
         self, key: K, executor: Callable[..., Any], artifact: CompileArtifact | None = None
     ) -> None:
         """Store what ``compile(key)`` built; the runtime will find it here."""
-        type(self)._executors[key] = executor
+        self._executor_cache()[key] = executor
         if artifact is not None:
-            type(self)._artifacts[key] = artifact
+            type(self)._artifacts.setdefault(self.target, {})[key] = artifact
 
     def compiled_keys(self) -> list[K]:
-        """Keys with a cached executor, in compile order."""
-        return list(type(self)._executors)
+        """Keys with a cached executor for this target, in compile order."""
+        return list(self._executor_cache())
 
     def artifact(self, key: K) -> CompileArtifact | None:
         """The compile artifact of ``key`` (PTX, registers, ...), if the backend kept one."""
-        return type(self)._artifacts.get(key)
+        return type(self)._artifacts.get(self.target, {}).get(key)
 
     @classmethod
     def clear_cache(cls) -> None:
-        """Forget every compiled executor and artifact of this kernel class."""
+        """Forget every compiled executor and artifact of this kernel class (all targets)."""
         cls._executors.clear()
         cls._artifacts.clear()
 
     def _get_or_compile(self, key: K) -> Callable[..., Any]:
         """The executor for ``key``; a miss is reported to the monitor, then compiled."""
         coverage.record_request(self.name, key)
-        exe = type(self)._executors.get(key)
+        exe = self._executor_cache().get(key)
         if exe is not None:
             return exe
         mon = monitor.active_monitor()
         if mon is not None:
             mon.report_compile(self.name, key, self.compiled_keys(), source="jit")
         self.compile(key)
-        exe = type(self)._executors.get(key)
+        exe = self._executor_cache().get(key)
         if exe is None:
             raise MissingExecutorError(
                 f"{self.name}: compile({key}) returned without caching an executor; "
@@ -206,7 +211,7 @@ class JitKernel(Generic[K]):
         t0 = time.perf_counter()
         try:
             self.compile(key)
-            if key not in type(self)._executors:
+            if key not in self._executor_cache():
                 raise MissingExecutorError(f"compile({key}) did not cache an executor")
         except Exception as exc:  # reported, not hidden: warmup raises after all keys ran
             last = traceback.format_exception_only(type(exc), exc)[-1].strip()

@@ -661,12 +661,9 @@ class DSv4AttentionStack:
         return "\n".join(lines)
 
     def clear_compiled(self) -> None:
-        """Forget every executor the stack's kernels compiled (executors are cached per class)."""
+        """Forget every executor the stack's kernels compiled (cached per class and target)."""
         for kernel in self.kernels().values():
             type(kernel).clear_cache()
-            variants = getattr(type(kernel), "_variants", None)
-            if isinstance(variants, dict):
-                variants.clear()
 
 
 # --------------------------------------------------------------------------- warmup

@@ -45,7 +45,7 @@ def test_warmup_keeps_artifacts_and_executor(rq_cute):
     # spec §2.1 rule 1: explicitly rounded products (NVVM may contract a plain mul.f32 into an FMA)
     assert "fma" not in art.text["ptx"] and "mul.rn.f32" in art.text["ptx"]
     assert not re.search(r"\bmul\.f32", art.text["ptx"])
-    assert callable(rq_cute._executors[key])
+    assert callable(rq_cute._executor_cache()[key])
 
 
 def test_stray_cute_compile_is_stopped_before_it_starts(rq_cute):
@@ -72,12 +72,12 @@ def test_runtime_miss_raises_before_compiling_with_the_nearest_key(rq_cute):
 def test_warn_mode_compiles_once_and_reports_once():
     k = RowQuantCuTeDSL(cpu_platform("sm_90a"))
     key = k.dispatch(128, 128, 600)
-    type(k)._executors.pop(key, None)
+    k._executor_cache().pop(key, None)
     with count_cute_compiles() as c, JitMonitor("warn") as mon:
         k._get_or_compile(key)
         k._get_or_compile(key)
     assert c.count == 1 and [e.source for e in mon.events] == ["jit"]  # no second report from the wrapper
-    type(k)._executors.pop(key, None)
+    k._executor_cache().pop(key, None)
 
 
 def test_running_needs_cuda(rq_cute):

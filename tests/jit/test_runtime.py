@@ -192,6 +192,17 @@ def test_backend_hooks_install_on_arm_and_restore_on_disarm():
         monitor._HOOK_INSTALLERS.remove(install)
 
 
+def test_executors_are_cached_per_target():
+    """A key warmed for one target never serves another (a CPU process compiles for several)."""
+    a, b = Scale(), Scale()
+    a.target, b.target = "sm_90a", "sm_100a"
+    a.warmup({"widths": [64]})
+    assert len(a.compiled_keys()) == 2 and b.compiled_keys() == []
+    with JitMonitor("error"), pytest.raises(UnwarmedKeyError, match="no key of this kernel was warmed"):
+        b(torch.ones(3, 64))
+    assert Scale().compiled_keys() == []  # the default target ("cpu") has nothing either
+
+
 def test_compile_that_caches_nothing_raises_clearly():
     class Forgetful(JitKernel["Forgetful.CompileKey"]):
         @dataclass(frozen=True)
