@@ -111,8 +111,12 @@ class Platform:
 
     @property
     def cutedsl_runs(self) -> bool:
-        """CuTeDSL kernels can run (not just compile) in this process."""
-        return self.is_cuda and self.cutedsl and self.arch in KNOWN_ARCHS
+        """CuTeDSL kernels can run (not just compile) in this process.
+
+        Launching goes through apache-tvm-ffi, so without it CuTeDSL is not selected by default
+        (it would compile, then fail at the first launch).
+        """
+        return self.is_cuda and self.cutedsl and self.tvm_ffi and self.arch in KNOWN_ARCHS
 
     def require_cuda(self, what: str) -> None:
         """Raise a clear error when a GPU run was asked for and there is no CUDA device."""
