@@ -106,8 +106,6 @@ def test_cutedsl_missing_is_a_clear_error(monkeypatch):
 
 def test_cuda_without_tvm_ffi_does_not_select_cutedsl():
     """CuTeDSL launches need apache-tvm-ffi; without it the default is Triton, not a late failure."""
-    from dsv4kit.platform import Platform
-
     gpu = Platform("cuda", "sm_90a", "test gpu", cutedsl=True, tvm_ffi=False)
     assert not gpu.cutedsl_runs
     assert replace(gpu, tvm_ffi=True).cutedsl_runs
