@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
 
-from dsv4kit.errors import ContractError, MissingExecutorError, input_error
+from dsv4kit.errors import ContractError, MissingExecutorError, WarmupError, input_error
 from dsv4kit.jit import coverage, monitor, registry
 from dsv4kit.jit.launcher import LaunchSpec
 from dsv4kit.jit.report import CompileArtifact, KeyReport
@@ -239,8 +239,6 @@ class JitKernel(Generic[K]):
 
     def warmup(self, config: Any = None, *, keys: Iterable[K] | None = None) -> list[KeyReport]:
         """Compile the keys of ``config`` (or the given ``keys``) now; raise if any failed."""
-        from dsv4kit.errors import WarmupError
-
         reports = self.compile_many(self.get_warmup_keys(config) if keys is None else keys)
         failures = [(r.kernel, r.key, r.error or "") for r in reports if not r.ok]
         if failures:

@@ -131,6 +131,7 @@ class Like(SimpleNamespace):
     def __eq__(self, other: object) -> bool:
         return type(other) is Like and vars(self) == vars(other)
 
+    # Tensor-style accessors, so dispatch code may call x.dim() / x.size(i) on a stand-in.
     def dim(self) -> int:
         return len(self.shape)
 
@@ -142,10 +143,6 @@ def _hashable(v: Any) -> Any:
     if isinstance(v, list):
         return tuple(_hashable(x) for x in v)
     return v
-
-
-def _is_axis(value: Any) -> bool:
-    return isinstance(value, WarmupIntRange | WarmupChoices | list | tuple) and not isinstance(value, Like)
 
 
 def _expand(value: Any) -> list[Any]:
