@@ -53,7 +53,7 @@ class WarmupRegistry:
     """Collects warmup registrations and compiles their union."""
 
     def __init__(self) -> None:
-        self._regs: dict[type, Registration] = {}
+        self._regs: dict[tuple[type, str], Registration] = {}
 
     # ------------------------------------------------------------------ collecting
     @contextlib.contextmanager
@@ -86,20 +86,25 @@ class WarmupRegistry:
         return wrapper
 
     def register(self, kernel: JitKernel, keys: Iterable[Any]) -> None:
-        """Record that ``kernel`` needs ``keys``; kernels of one class share one entry."""
-        reg = self._regs.setdefault(type(kernel), Registration(kernel))
+        """Record that ``kernel`` needs ``keys``; kernels of one class and target share one entry."""
+        reg = self._regs.setdefault((type(kernel), kernel.target), Registration(kernel))
         reg.count += 1
         for k in keys:
             reg.keys.setdefault(k, None)
 
+    def _label(self, reg: Registration) -> str:
+        # The kernel's name; with the target appended when one class is registered for several.
+        same = sum(1 for cls, _ in self._regs if cls is type(reg.kernel))
+        return reg.kernel.name if same == 1 else f"{reg.kernel.name}@{reg.kernel.target}"
+
     @property
     def registrations(self) -> dict[str, Registration]:
-        """Kernel name → its registration, in registration order."""
-        return {r.kernel.name: r for r in self._regs.values()}
+        """Kernel name (``name@target`` if a class has several targets) → its registration."""
+        return {self._label(r): r for r in self._regs.values()}
 
     def keys(self) -> dict[str, list[Any]]:
         """Kernel name → the union of its registered keys, in first-registered order."""
-        return {r.kernel.name: list(r.keys) for r in self._regs.values()}
+        return {self._label(r): list(r.keys) for r in self._regs.values()}
 
     def __len__(self) -> int:
         return sum(len(r.keys) for r in self._regs.values())

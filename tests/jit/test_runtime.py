@@ -82,6 +82,18 @@ def test_registry_deduplicates_43_layers_and_warms_the_union():
     assert "Scale" in report.table() and "4 key(s)" in report.table()
 
 
+def test_one_class_registered_for_two_targets_keeps_both():
+    reg = WarmupRegistry()
+    a, b = Scale(), Scale()
+    a.target, b.target = "sm_90a", "sm_100a"
+    with reg.activate():
+        a.register_warmup()
+        b.register_warmup()
+    assert set(reg.registrations) == {"Scale@sm_90a", "Scale@sm_100a"}
+    reg.warmup(progress=False)
+    assert len(a.compiled_keys()) == len(b.compiled_keys()) == 2
+
+
 def test_capture_decorates_functions_and_classes():
     reg = WarmupRegistry()
 
