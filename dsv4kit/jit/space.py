@@ -29,6 +29,7 @@ from dsv4kit.errors import ContractError
 __all__ = [
     "DispatchProgram",
     "Like",
+    "Strides",
     "TraceResult",
     "WarmupChoices",
     "WarmupIntRange",
@@ -118,12 +119,26 @@ def zip_inputs(*rows: Mapping[str, Any]) -> ZippedInputs:
     return ZippedInputs(names, tuple(tuple(row[n] for n in names) for row in rows))
 
 
+class Strides(tuple):
+    """A tuple of strides that is also callable like ``Tensor.stride``: ``s()`` or ``s(dim)``."""
+
+    def __call__(self, dim: int | None = None) -> Any:
+        return tuple(self) if dim is None else self[dim]
+
+
 class Like(SimpleNamespace):
     """A stand-in for a tensor (or any object) whose attributes dispatch reads.
 
     Attributes may themselves be axes: ``Like(shape=(WarmupIntRange(1, 8193), 64, 128),
-    dtype=torch.bfloat16)`` expands to 8192 objects with concrete shapes.
+    dtype=torch.bfloat16)`` expands to 8192 objects with concrete shapes. A ``stride`` tuple
+    is callable as on a tensor (``x.stride(0)``), and may hold axes too.
     """
+
+    def __init__(self, **attrs: Any) -> None:
+        stride = attrs.get("stride")
+        if isinstance(stride, tuple) and not _has_axis(stride):
+            attrs["stride"] = Strides(stride)
+        super().__init__(**attrs)
 
     def __hash__(self) -> int:
         return hash(tuple(sorted((k, _hashable(v)) for k, v in vars(self).items())))
@@ -137,6 +152,10 @@ class Like(SimpleNamespace):
 
     def size(self, i: int | None = None) -> Any:
         return tuple(self.shape) if i is None else self.shape[i]
+
+
+def _has_axis(values: tuple) -> bool:
+    return any(isinstance(v, WarmupIntRange | WarmupChoices | list) for v in values)
 
 
 def _hashable(v: Any) -> Any:

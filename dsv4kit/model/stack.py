@@ -173,7 +173,7 @@ class TensorSpec:
         return tuple(reversed(out))
 
     def like(self, device: str = "cpu") -> Like:
-        return Like(shape=tuple(self.shape), dtype=self.dtype, stride=_Strides(self.strides()),
+        return Like(shape=tuple(self.shape), dtype=self.dtype, stride=self.strides(),
                     device=torch.device(device), ndim=len(self.shape))
 
     def materialize(self, device: torch.device, pools: dict[Any, torch.Tensor]) -> torch.Tensor:
@@ -199,25 +199,6 @@ class TensorSpec:
         if buf is None or buf.numel() < numel:
             buf = pools[key] = torch.zeros(max(numel, 1), dtype=self.dtype, device=device)
         return buf[:numel].view(self.shape)
-
-
-class _Strides:
-    """``like.stride()`` -> all strides, ``like.stride(i)`` -> one, as on a tensor."""
-
-    def __init__(self, strides: tuple[int, ...]) -> None:
-        self._s = strides
-
-    def __call__(self, dim: int | None = None) -> Any:
-        return self._s if dim is None else self._s[dim]
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Strides) and other._s == self._s
-
-    def __hash__(self) -> int:
-        return hash(self._s)
-
-    def __repr__(self) -> str:
-        return f"stride{self._s}"
 
 
 @dataclass(frozen=True)

@@ -204,3 +204,12 @@ def test_when_reading_an_undeclared_input_is_rejected():
     with pytest.raises(ValueError, match=r"`when` reads \['nope'\]"):
         Gather().trace(block_size=1, gather_lens=None, num_tokens=1, cache=Like(dtype=torch.float32),
                        when=lambda nope: True)
+
+
+def test_like_strides_are_callable_like_a_tensor_and_can_be_axes():
+    from dsv4kit.jit.space import _expand
+
+    x = Like(shape=(4, 8), stride=(8, 1))
+    assert x.stride(0) == 8 and x.stride() == (8, 1) and x == Like(shape=(4, 8), stride=(8, 1))
+    expanded = _expand(Like(shape=(4, 8), stride=(WarmupChoices(8, 16), 1)))
+    assert [e.stride(0) for e in expanded] == [8, 16]
