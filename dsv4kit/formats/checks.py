@@ -27,6 +27,7 @@ __all__ = [
     "check_values_in_range",
     "check_unique",
     "check_positive_float",
+    "check_paged_byte_cache",
 ]
 
 
@@ -126,3 +127,30 @@ def check_positive_float(kernel: str, arg: str, value: object) -> float:
     if not (v > 0.0 and v != float("inf")):
         raise input_error(kernel, arg, "a finite float > 0", v)
     return v
+
+
+def check_paged_byte_cache(
+    kernel: str, arg: str, cache: torch.Tensor, entry_bytes: int, stride_multiple: int, align: int
+) -> None:
+    """A ``uint8 [num_pages, bs, entry_bytes]`` paged cache (§2.5, §2.7, §2.10).
+
+    Strides ``(P, entry_bytes, 1)`` with ``P`` a multiple of ``stride_multiple`` and at least
+    ``bs * entry_bytes``; base address aligned to ``align`` bytes.
+    """
+    check_dtype(kernel, arg, cache, torch.uint8)
+    check_ndim(kernel, arg, cache, 3)
+    if cache.shape[2] != entry_bytes:
+        raise input_error(kernel, arg, f"shape[2] == {entry_bytes}", f"shape {tuple(cache.shape)}")
+    s0, s1, s2 = cache.stride()
+    min_stride = cache.shape[1] * entry_bytes
+    if s2 != 1 or s1 != entry_bytes:
+        raise input_error(kernel, arg, f"stride(1) == {entry_bytes} and stride(2) == 1",
+                          f"strides {(s0, s1, s2)}")
+    if s0 % stride_multiple != 0 or s0 < min_stride:
+        raise input_error(kernel, arg,
+                          f"page stride (stride(0)) a multiple of {stride_multiple} and >= {min_stride}",
+                          f"stride(0) {s0}")
+    misaligned = cache.data_ptr() % align
+    if misaligned:
+        raise input_error(kernel, arg, f"data_ptr % {align} == 0", f"data_ptr % {align} == {misaligned}")
+

@@ -23,7 +23,7 @@ from dsv4kit.formats.bits import bf16_round, bf16_to_bytes, bytes_to_bf16, e4m3_
 from dsv4kit.formats.checks import (
     check_contiguous,
     check_dtype,
-    check_ndim,
+    check_paged_byte_cache,
     check_per_token,
     check_same_device,
     check_shape,
@@ -105,25 +105,7 @@ def allocate_ds_cache(
 
 def check_ds_cache(kernel: str, arg: str, k_cache: torch.Tensor) -> None:
     """§2.10 metadata checks of an fp8_ds_mla cache."""
-    check_dtype(kernel, arg, k_cache, torch.uint8)
-    check_ndim(kernel, arg, k_cache, 3)
-    if k_cache.shape[2] != DS_ENTRY_BYTES:
-        raise input_error(kernel, arg, f"shape[2] == {DS_ENTRY_BYTES}", f"shape {tuple(k_cache.shape)}")
-    s0, s1, s2 = k_cache.stride()
-    bs = k_cache.shape[1]
-    if s2 != 1 or s1 != DS_ENTRY_BYTES:
-        raise input_error(
-            kernel, arg, f"stride(1) == {DS_ENTRY_BYTES} and stride(2) == 1", f"strides {(s0, s1, s2)}"
-        )
-    if s0 % DS_TOKEN_BYTES != 0 or s0 < bs * DS_ENTRY_BYTES:
-        raise input_error(
-            kernel,
-            arg,
-            f"page stride (stride(0)) a multiple of 576 and >= {bs * DS_ENTRY_BYTES}",
-            f"stride(0) {s0}",
-        )
-    if k_cache.data_ptr() % 32 != 0:
-        raise input_error(kernel, arg, "data_ptr % 32 == 0", f"data_ptr % 32 == {k_cache.data_ptr() % 32}")
+    check_paged_byte_cache(kernel, arg, k_cache, DS_ENTRY_BYTES, DS_TOKEN_BYTES, align=32)
 
 
 def ds_page_regions(k_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,7 +15,7 @@ from dsv4kit.formats.bits import bf16_round, bytes_to_f32, e4m3_decode, f32_to_b
 from dsv4kit.formats.checks import (
     check_contiguous,
     check_dtype,
-    check_ndim,
+    check_paged_byte_cache,
     check_per_token,
     check_same_device,
     check_shape,
@@ -91,25 +91,7 @@ def allocate_indexer_cache(
 
 def check_indexer_cache(kernel: str, arg: str, k_cache: torch.Tensor) -> None:
     """§2.7/K9 metadata checks: uint8 ``[*, *, 132]``, strides ``(P, 132, 1)``, P >= 132*bs, P % 4 == 0."""
-    check_dtype(kernel, arg, k_cache, torch.uint8)
-    check_ndim(kernel, arg, k_cache, 3)
-    if k_cache.shape[2] != IDX_ENTRY_BYTES:
-        raise input_error(kernel, arg, f"shape[2] == {IDX_ENTRY_BYTES}", f"shape {tuple(k_cache.shape)}")
-    s0, s1, s2 = k_cache.stride()
-    bs = k_cache.shape[1]
-    if s2 != 1 or s1 != IDX_ENTRY_BYTES:
-        raise input_error(
-            kernel, arg, f"stride(1) == {IDX_ENTRY_BYTES} and stride(2) == 1", f"strides {(s0, s1, s2)}"
-        )
-    if s0 % 4 != 0 or s0 < IDX_ENTRY_BYTES * bs:
-        raise input_error(
-            kernel,
-            arg,
-            f"page stride (stride(0)) a multiple of 4 and >= {IDX_ENTRY_BYTES * bs}",
-            f"stride(0) {s0}",
-        )
-    if k_cache.data_ptr() % 16 != 0:
-        raise input_error(kernel, arg, "data_ptr % 16 == 0", f"data_ptr % 16 == {k_cache.data_ptr() % 16}")
+    check_paged_byte_cache(kernel, arg, k_cache, IDX_ENTRY_BYTES, 4, align=16)
 
 
 def indexer_page_regions(k_cache: torch.Tensor, use_fp4: bool) -> tuple[torch.Tensor, torch.Tensor]:
