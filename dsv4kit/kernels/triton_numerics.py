@@ -1,10 +1,11 @@
 """Interpreter-safe rounding for Triton kernels (spec §2.1, decision D3).
 
 The Triton CPU interpreter truncates fp32→bf16 casts and can drop the rounding carry
-of fp32→fp8 casts, so the bit-exact kernels never let a cast round: every rounding here
-is integer arithmetic on the fp32 bits, and results are produced either as values that
-the final cast represents exactly (bf16) or directly as the encoded bytes (e4m3, E2M1).
-The same code runs on the GPU, where it compiles to a handful of integer instructions.
+of fp32→fp8 casts, so the bit-exact kernels never let a cast round. bf16 rounds with
+integer arithmetic on the fp32 bits; e4m3 and E2M1 round with one fp32 add of a
+"magic" constant that leaves exactly the target format's mantissa bits (the hardware and
+numpy both round that add to nearest even). Results are values the final cast represents
+exactly (bf16, e4m3) or the 4-bit codes themselves (E2M1). The same code runs on the GPU.
 
 All helpers take and return blocks; ``x`` is fp32 unless said otherwise.
 """

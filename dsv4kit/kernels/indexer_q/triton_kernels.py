@@ -8,7 +8,7 @@ positions are then gathered per row): each row's arithmetic is the same, only fe
 Python-level programs run.
 
 Per row: load 128 bf16 dims, rotate the last 64 (GPT-J pairs, no FMA), round them to bf16
-with integer RNE, quantize. Rounding never relies on a cast (see
+with integer RNE, quantize. No cast ever has to round (see
 :mod:`dsv4kit.kernels.triton_numerics`), so the interpreter and the GPU write the same bytes.
 Inside a program ``nope`` is ``[ROWS, 64]`` (dims 0..63) and the rope half is split into
 even/odd lanes ``[ROWS, 32]`` (dims 64+2i, 65+2i), joined back before stores.
