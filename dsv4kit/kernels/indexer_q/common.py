@@ -22,6 +22,7 @@ from dsv4kit.kernels.indexer_q.reference import (
     INDEXER_HEAD_DIM,
     INDEXER_NUM_HEADS,
     check_indexer_q_inputs,
+    indexer_q_outputs,
 )
 
 __all__ = ["COARSEN_AT", "IndexerQBase", "IndexerQConfig", "Variant"]
@@ -94,13 +95,7 @@ class IndexerQBase(JitKernel["IndexerQBase.CompileKey"]):
 
     def outputs(self, t: int, device: torch.device) -> tuple[torch.Tensor, ...]:
         """Fresh outputs of the variant (what the op returns)."""
-        if self.cache_format == "fp8":
-            return (torch.empty((t, INDEXER_NUM_HEADS, INDEXER_HEAD_DIM), dtype=torch.float8_e4m3fn,
-                                device=device),
-                    torch.empty((t, INDEXER_NUM_HEADS), dtype=torch.float32, device=device))
-        return (torch.empty((t, INDEXER_NUM_HEADS, INDEXER_HEAD_DIM // 2), dtype=torch.uint8, device=device),
-                torch.empty((t, INDEXER_NUM_HEADS), dtype=torch.int32, device=device),
-                torch.empty((t, INDEXER_NUM_HEADS), dtype=torch.float32, device=device))
+        return indexer_q_outputs(self.cache_format, t, device)
 
     def launch_args(self, positions: torch.Tensor, index_q: torch.Tensor, cos_sin_cache: torch.Tensor,
                     index_weights: torch.Tensor, outs: tuple[torch.Tensor, ...], ss: float,

@@ -31,6 +31,7 @@ __all__ = [
     "indexer_q_rope_bf16",
     "indexer_q_fp8_reference",
     "indexer_q_mxfp4_reference",
+    "indexer_q_outputs",
 ]
 
 INDEXER_HEAD_DIM = 128
@@ -98,6 +99,17 @@ def indexer_q_rope_bf16(
     return torch.cat((y[..., :-ROPE_DIM], bf16_round(y[..., -ROPE_DIM:].contiguous())), dim=-1)
 
 
+def indexer_q_outputs(cache_format: str, t: int, device: torch.device | str) -> tuple[torch.Tensor, ...]:
+    """Uninitialized outputs of K1 (``"fp8"``: q_fp8, weights_out) or K2 (``"mxfp4"``: q_packed,
+    q_scale, weights_out) for ``t`` tokens: the shapes and dtypes every implementation returns."""
+    weights = torch.empty((t, INDEXER_NUM_HEADS), dtype=torch.float32, device=device)
+    if cache_format == "fp8":
+        return (torch.empty((t, INDEXER_NUM_HEADS, INDEXER_HEAD_DIM), dtype=torch.float8_e4m3fn,
+                            device=device), weights)
+    return (torch.empty((t, INDEXER_NUM_HEADS, INDEXER_HEAD_DIM // 2), dtype=torch.uint8, device=device),
+            torch.empty((t, INDEXER_NUM_HEADS), dtype=torch.int32, device=device), weights)
+
+
 def _fp32_scalar(v: float, like: torch.Tensor) -> torch.Tensor:
     return torch.tensor(float(v), dtype=torch.float32, device=like.device)  # fl(v)
 
@@ -122,12 +134,8 @@ def indexer_q_fp8_reference(
     """
     kernel = "indexer_q_fp8"
     t = check_indexer_q_inputs(kernel, positions, index_q, cos_sin_cache, index_weights)
-    dev = index_q.device
     if t == 0:
-        return (
-            torch.empty((0, INDEXER_NUM_HEADS, INDEXER_HEAD_DIM), dtype=torch.float8_e4m3fn, device=dev),
-            torch.empty((0, INDEXER_NUM_HEADS), dtype=torch.float32, device=dev),
-        )
+        return indexer_q_outputs("fp8", 0, index_q.device)
     y = indexer_q_rope_bf16(positions, index_q, cos_sin_cache)
     codes, e = q8_quantize(y, INDEXER_HEAD_DIM)
     w = index_weights.to(torch.float32)
@@ -153,13 +161,8 @@ def indexer_q_mxfp4_reference(
     t = check_indexer_q_inputs(kernel, positions, index_q, cos_sin_cache, index_weights)
     if INDEXER_HEAD_DIM % MXFP4_BLOCK != 0:  # pragma: no cover - v1 fixes head_dim = 128
         raise input_error(kernel, "index_q", "head_dim % 32 == 0", INDEXER_HEAD_DIM)
-    dev = index_q.device
     if t == 0:
-        return (
-            torch.empty((0, INDEXER_NUM_HEADS, INDEXER_HEAD_DIM // 2), dtype=torch.uint8, device=dev),
-            torch.empty((0, INDEXER_NUM_HEADS), dtype=torch.int32, device=dev),
-            torch.empty((0, INDEXER_NUM_HEADS), dtype=torch.float32, device=dev),
-        )
+        return indexer_q_outputs("mxfp4", 0, index_q.device)
     y = indexer_q_rope_bf16(positions, index_q, cos_sin_cache)
     codes, scale_bytes = q4_quantize(y)
     w = index_weights.to(torch.float32)
