@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dsv4kit.kernels.indexer_q import IndexerQConfig, indexer_q_kernel  # noqa: E402
+from dsv4kit.kernels.indexer_q import SPEC, IndexerQConfig  # noqa: E402
 from dsv4kit.kernels.indexer_q.cases import make_case  # noqa: E402
 
 
@@ -41,7 +41,7 @@ def main() -> int:
     ok = True
     case = make_case(64, seed=0).to("cuda")
     for backend in ("triton", "cutedsl"):
-        kernel = indexer_q_kernel("fp8", "cuda", backend)
+        kernel = SPEC.kernel("fp8", "cuda", backend)
         kernel.warmup(IndexerQConfig())
         exe = kernel._get_or_compile(kernel.dispatch(case.index_q, case.cos_sin_cache, 64))
         outs = kernel.outputs(64, torch.device("cuda"))

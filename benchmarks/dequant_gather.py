@@ -217,7 +217,7 @@ def section_numerics(ks, device: str, n_cases: int) -> dict:
 
 def section_coverage(ks, platform) -> dict:
     from dsv4kit.jit import JitMonitor, KeyLedger, WarmupRegistry
-    from dsv4kit.kernels.dequant_gather import register_dequant_gather
+    from dsv4kit.kernels.dequant_gather import SPEC, DequantGatherConfig
     from dsv4kit.kernels.dequant_gather.cases import prefill_trace
     from dsv4kit.model.presets import DSV4_FLASH
 
@@ -227,7 +227,8 @@ def section_coverage(ks, platform) -> dict:
         reg = WarmupRegistry()
         with reg.activate():
             for ratio in DSV4_FLASH.compress_ratios:
-                register_dequant_gather(DSV4_FLASH, ratio=ratio, platform=platform, backend=name)
+                SPEC.register(DequantGatherConfig.for_layer(DSV4_FLASH, ratio), platform=platform,
+                              backend=name)
         ledger = KeyLedger()
         with ledger:
             t0 = time.perf_counter()

@@ -32,7 +32,7 @@ from dsv4kit.formats.fp8 import q8_quantize  # noqa: E402
 from dsv4kit.formats.mxfp4 import pack_nibbles, q4_quantize, scale_bytes_to_int32  # noqa: E402
 from dsv4kit.formats.rope import YarnConfig, build_cos_sin_cache  # noqa: E402
 from dsv4kit.jit import JitMonitor, KeyLedger, WarmupRegistry  # noqa: E402
-from dsv4kit.kernels.indexer_q import IndexerQConfig, indexer_q_kernel  # noqa: E402
+from dsv4kit.kernels.indexer_q import SPEC, IndexerQConfig  # noqa: E402
 from dsv4kit.kernels.indexer_q.cases import REGIMES, make_case  # noqa: E402
 from dsv4kit.kernels.indexer_q.reference import (  # noqa: E402
     indexer_q_fp8_reference,
@@ -84,7 +84,7 @@ def warm_all(log) -> dict:
     with registry.activate():
         for backend in BACKENDS:
             for fmt in FORMATS:
-                indexer_q_kernel(fmt, "cuda", backend).register_warmup(
+                SPEC.kernel(fmt, "cuda", backend).register_warmup(
                     IndexerQConfig(max_num_batched_tokens=65536, indexer_cache_dtype=fmt))
     t0 = time.perf_counter()
     report = registry.warmup(progress=False)
@@ -98,7 +98,7 @@ def numerics(n_cases: int, log) -> list[dict]:
     out = []
     for backend in BACKENDS:
         for fmt in FORMATS:
-            kernel = indexer_q_kernel(fmt, "cuda", backend)
+            kernel = SPEC.kernel(fmt, "cuda", backend)
             ok = 0
             for i in range(n_cases):
                 t = sizes[i % len(sizes)] if i < 2 * len(sizes) else rng.randint(1, 3000)
@@ -119,7 +119,7 @@ def numerics(n_cases: int, log) -> list[dict]:
     case.cos_sin_cache = cache
     for backend in BACKENDS:
         for fmt in FORMATS:
-            good = same_bits(indexer_q_kernel(fmt, "cuda", backend)(*case.to("cuda").args()),
+            good = same_bits(SPEC.kernel(fmt, "cuda", backend)(*case.to("cuda").args()),
                              REFERENCE[fmt](*case.args()))
             out.append({"backend": backend, "format": fmt, "cases": 1, "bit_exact": int(good),
                         "note": "real 1M-row YaRN cache"})
@@ -140,13 +140,13 @@ def replay(log) -> dict:
             JitMonitor("error") as mon:
         for backend in BACKENDS:
             for fmt in FORMATS:
-                kernel = indexer_q_kernel(fmt, "cuda", backend)
+                kernel = SPEC.kernel(fmt, "cuda", backend)
                 ledger.add_warmed(kernel.name, kernel.compiled_keys())
         for i, t in enumerate(trace):
             case = make_case(t, (torch.float32, torch.bfloat16)[i % 2], seed=i).to("cuda")
             for backend in BACKENDS:
                 for fmt in FORMATS:
-                    indexer_q_kernel(fmt, "cuda", backend)(*case.args())
+                    SPEC.kernel(fmt, "cuda", backend)(*case.args())
                     calls += 1
         torch.cuda.synchronize()
     res = {"calls": calls, "triton_compiles": tc.count, "cute_compiles": cc.count,
@@ -166,7 +166,7 @@ def timings(sizes, copy_gbs: float, log) -> list[dict]:
             nbytes = bytes_moved(fmt, t)
             variants = {}
             for backend in BACKENDS:
-                kernel = indexer_q_kernel(fmt, "cuda", backend)
+                kernel = SPEC.kernel(fmt, "cuda", backend)
                 spec_args = kernel.launch_args(*case.args(), kernel.outputs(t, torch.device("cuda")), SS, HS)
                 key = kernel.dispatch(case.index_q, case.cos_sin_cache, t)
                 exe = kernel._get_or_compile(key)

@@ -187,12 +187,17 @@ class CuTeDSLJitKernel(JitKernel[K]):
         self.target = self.platform.arch
         self.tvm_ffi = self.platform.tvm_ffi
 
+    def check_device(self, arg: str, t: Any) -> None:
+        """Spec §2.10 device rule: CuTeDSL kernels take CUDA tensors only."""
+        if t.device.type != "cuda":
+            raise input_error(self.name, arg, "a cuda tensor (CuTeDSL kernels run only on a GPU)", t.device)
+
     def warmup_inputs(self, key: K) -> tuple[Any, ...]:
         """Fake tensors / scalars / a fake stream, in ``jit_fn``'s parameter order."""
         raise NotImplementedError(f"{self.name}: warmup_inputs is the kernel's to define")
 
-    def compile_for(self, key: K, arch: str) -> tuple[Any, CompileArtifact]:
-        """Compile ``key`` for ``arch`` (no GPU needed); returns the executor and its artifact."""
+    def compile_for(self, key: K, arch: str) -> CompileArtifact:
+        """Compile ``key`` for ``arch`` (no GPU needed); the compiled function is ``.executable``."""
         cute = import_cute(self.name)
         arch = check_arch(arch, self.name)
         dump = tempfile.mkdtemp(prefix="dsv4kit_cute_")
@@ -211,15 +216,14 @@ class CuTeDSLJitKernel(JitKernel[K]):
         info: dict[str, Any] = {"tvm_ffi": self.tvm_ffi, "kernels": kernels}
         if cubin is not None:
             info.update(cubin_resources(cubin, kernels[0] if len(kernels) == 1 else None))
-        art = CompileArtifact(self.backend, arch, seconds, info=info,
-                              text={"ptx": ptx} if ptx else {}, binary={"cubin": cubin} if cubin else {})
-        return compiled, art
+        return CompileArtifact(self.backend, arch, seconds, info=info, text={"ptx": ptx} if ptx else {},
+                               binary={"cubin": cubin} if cubin else {}, executable=compiled)
 
     def compile(self, key: K) -> None:
         """Compile ``key`` for the platform's arch and cache the executor the runtime calls."""
         with compiling():
-            compiled, art = self.compile_for(key, self.target)
-        self._cache_executor(key, self._executor(compiled), art)
+            art = self.compile_for(key, self.target)
+        self._cache_executor(key, self._executor(art.executable), art)
 
     def _executor(self, compiled: Any) -> Callable[..., Any]:
         if not self.tvm_ffi:

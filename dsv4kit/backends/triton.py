@@ -83,6 +83,7 @@ K = TypeVar("K")
 # Launch options every Triton launch of dsv4kit passes (spec §2.1 rule 1: no FMA contraction).
 FP_FUSION = False
 
+
 # --------------------------------------------------------------------------- parameter kinds
 
 
@@ -397,6 +398,13 @@ class TritonJitKernel(JitKernel[K]):
         super().clear_cache()
         cls._variants.clear()
 
+    def check_device(self, arg: str, t: Any) -> None:
+        """Spec §2.10 device rule: CUDA tensors on a GPU platform, CPU tensors for the interpreter."""
+        want = "cuda" if self.platform.is_cuda else "cpu"
+        if t.device.type != want:
+            where = "Triton on the GPU" if want == "cuda" else "the Triton interpreter (no CUDA here)"
+            raise input_error(self.name, arg, f"a {want} tensor ({where})", t.device)
+
     # ------------------------------------------------------------------ what a subclass gives
     def launch_options(self, key: K) -> dict[str, Any]:
         """Triton launch options of ``key`` (``num_warps``, ``num_stages``); fp fusion is always off."""
@@ -422,9 +430,9 @@ class TritonJitKernel(JitKernel[K]):
         fn = getattr(cls, "kernel_fn", None)
         where = cls.__name__
         if isinstance(fn, InterpretedFunction):
-            raise ContractError(f"{where}: kernel_fn was decorated while TRITON_INTERPRET=1; dsv4kit "
-                                "runs the interpreter itself on CPU and needs a JITFunction to compile "
-                                "ahead of time: unset TRITON_INTERPRET")
+            raise ContractError(f"{where}: kernel_fn is an InterpretedFunction (decorated while Triton's "
+                                "interpret knob was on); dsv4kit runs the interpreter itself on CPU and "
+                                "needs a JITFunction to compile ahead of time: leave the knob off")
         if not isinstance(fn, JITFunction):
             raise ContractError(f"{where}: kernel_fn: expected a @triton.jit function, got {fn!r}")
         params = getattr(cls, "params", None)
@@ -545,7 +553,7 @@ class TritonJitKernel(JitKernel[K]):
                 **cubin_resources(ck.asm["cubin"], md.name), "specialization": variant.specialization}
         return CompileArtifact(self.backend, arch, seconds, info=info,
                                text={k: ck.asm[k] for k in ("ttgir", "llir", "ptx") if k in ck.asm},
-                               binary={"cubin": ck.asm["cubin"]})
+                               binary={"cubin": ck.asm["cubin"]}, executable=ck)
 
     def compile(self, key: K) -> None:
         """Compile ``key`` for this platform and cache the executor the runtime will use."""

@@ -16,6 +16,8 @@ class CompileArtifact:
 
     ``info``: small facts for tables (registers, spills, shared memory bytes, ...).
     ``text``: inspectable text (``"ptx"``, ``"sass"``, ...); ``binary``: e.g. ``"cubin"`` bytes.
+    ``executable``: what the backend's compiler returned (Triton's CompiledKernel, CuTeDSL's
+    compiled function), in this process only: the same artifact type from both backends.
     """
 
     backend: str
@@ -24,6 +26,7 @@ class CompileArtifact:
     info: dict[str, Any] = field(default_factory=dict)
     text: dict[str, str] = field(default_factory=dict)
     binary: dict[str, bytes] = field(default_factory=dict)
+    executable: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass

@@ -3,40 +3,24 @@
 The stack is built from a :class:`~dsv4kit.model.presets.ModelPreset` plus the runtime settings
 a serving engine is started with (platform/arch, KV cache dtype, indexer cache format, cache
 block size B, batch limits, max model length). Building it walks the layers and, for every
-kernel family in :data:`FAMILIES`, calls the family's registration function wherever the runtime
-would call the family's op. Under an active :class:`~dsv4kit.jit.WarmupRegistry` that collects
-the warmup keys; 43 layers registering one kernel collapse into one registry entry.
+family spec in :data:`FAMILIES` (the registered families with model hooks, in call order),
+registers the family's kernel wherever its gate says the runtime calls it (the hook's
+``config(stack, layer)`` is not None). Under an active :class:`~dsv4kit.jit.WarmupRegistry`
+that collects the warmup keys; 43 layers registering one kernel collapse into one entry.
 
-Runtime gating mirrored here (spec §1 data flow, §2.11, K1-K3):
-
-* **Compress ratio per layer** from the preset: 0 (sliding-window only, treated as ratio 1),
-  4 (C4: has the indexer) or 128 (C128).
-* **K1/K2 indexer-Q** runs on every C4 layer, on all ``T`` tokens of every step (padded ``T``
-  under a CUDA graph). K1 when the indexer cache is ``fp8``, K2 when it is ``mxfp4``: exactly
-  one of the two is registered.
-* **K3 dequant-gather** is the sparse-MLA prefill path: it exists only with the ``fp8_ds_mla``
-  KV cache and a paged cache (B > 0), and runs only in steps that prefill. Per layer it gathers
-  the sliding window (page size B, explicit ``gather_lens``) and, on a compressed layer of ratio
-  R, the compressed entries (page size ``max(1, B // R)``, no ``gather_lens``). Warmup keys:
-  ``[(B, True)] + [(max(1, B // r), False) for r in sorted ratios > 1]``, none if B == 0.
-  Plain-row caches (``bfloat16``/``auto``, ``fp8``/``fp8_e4m3``) take the dense path: no K3.
-* **Platform gate**: every family picks its backend with
-  :meth:`~dsv4kit.platform.Platform.select_backend`, the predicate its op uses at runtime, so
-  registration can never warm CuTeDSL where Triton runs, or the reverse (trap 6).
-
-A family (one row of :data:`FAMILIES`) is a registration function plus a runtime call site:
-``call_sites(stack, layer, step)`` describes each op call of a serving step as op arguments
-(:class:`TensorSpec` stand-ins or scalars), ``dispatch(kernel, args)`` derives the key exactly
-as the op's ``__call__`` does (same kernel object, same ``dispatch``), and ``launch`` calls the
-public op with real tensors. Families added later (K4-K9) plug in by appending a row.
+The stack knows no family: where each one runs (compress ratio per layer, cache dtype, indexer
+format, B), which variant, and how a serving step becomes op calls all live in the family's
+spec (``dsv4kit/kernels/<family>/spec.py``). What the stack holds is the runtime settings, the
+layers, and the one platform whose backend predicate both registration and the ops consult, so
+registration can never warm CuTeDSL where Triton runs, or the reverse (trap 6). A replayed call
+is bound to the kernel's ``dispatch`` by argument name (:meth:`FamilySpec.dispatch`).
 """
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -44,13 +28,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from dsv4kit.errors import input_error
-from dsv4kit.jit import JitKernel, Like, WarmupRegistry, WarmupReport
+from dsv4kit.family import Call, FamilySpec, TensorSpec
+from dsv4kit.formats.cache_dtypes import CACHE_DTYPES, INDEXER_CACHE_DTYPES, normalize_cache_dtype
+from dsv4kit.jit import JitKernel, WarmupRegistry, WarmupReport
 from dsv4kit.jit import registry as jit_registry
+from dsv4kit.kernels import families
 from dsv4kit.model.presets import DSV4_FLASH, DSV4_PRO, ModelPreset
 from dsv4kit.platform import BACKENDS, Platform, check_arch, cpu_platform, current_platform
 
 if TYPE_CHECKING:
-    from dsv4kit.model.trace import ReplayStats, Step
+    from dsv4kit.model.trace import Step
 
 __all__ = [
     "CACHE_DTYPES",
@@ -61,7 +48,6 @@ __all__ = [
     "AttentionLayer",
     "Call",
     "DSv4AttentionStack",
-    "KernelFamily",
     "TensorSpec",
     "check_block_size",
     "gpu_platform",
@@ -75,36 +61,13 @@ __all__ = [
 
 STACK = "DSv4AttentionStack"
 
-#: KV cache dtype strings (spec §2.11, trap 3) -> canonical kind. Anything else is rejected.
-CACHE_DTYPES: dict[str, str] = {
-    "fp8_ds_mla": "fp8_ds_mla",
-    "bf16": "bfloat16",
-    "bfloat16": "bfloat16",
-    "auto": "bfloat16",
-    "fp8": "fp8",
-    "fp8_e4m3": "fp8",
-}
-INDEXER_CACHE_DTYPES = ("fp8", "mxfp4")
 #: dtype of the RoPE cos/sin caches at runtime (fp32 as built; bf16 after a module-wide cast).
 ROPE_CACHE_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 #: Short preset names of the CLI.
 PRESET_NAMES: dict[str, ModelPreset] = {"flash": DSV4_FLASH, "pro": DSV4_PRO}
 
-#: Pages of each KV-cache pool in ``launch`` mode: block tables alias them (K3 only reads pages).
-LAUNCH_POOL_PAGES = 16
-
 
 # --------------------------------------------------------------------------- settings checks
-
-
-def normalize_cache_dtype(value: object) -> str:
-    """``"fp8_ds_mla"``, ``"fp8"`` (also ``"fp8_e4m3"``) or ``"bfloat16"`` (also ``"bf16"``, ``"auto"``).
-
-    Anything else (``"fp8_e5m2"``, say) is rejected here, at configuration time (trap 3).
-    """
-    if not isinstance(value, str) or value not in CACHE_DTYPES:
-        raise input_error(STACK, "cache_dtype", f"one of {', '.join(CACHE_DTYPES)}", repr(value))
-    return CACHE_DTYPES[value]
 
 
 def check_block_size(value: object) -> int:
@@ -142,325 +105,8 @@ def _positive(name: str, value: object) -> int:
     return value
 
 
-# --------------------------------------------------------------------------- call descriptions
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """A tensor argument of an op call, described by metadata only.
-
-    ``like()`` gives the :class:`~dsv4kit.jit.Like` stand-in a ``dispatch`` reads (shape, dtype,
-    stride, device); ``materialize`` builds the real tensor for ``launch`` mode: ``values`` (a
-    function returning a CPU tensor: positions, lengths, block tables), or zeros. Tensors with a
-    ``pool`` name share one allocation (the caches of all layers, workspaces grown on demand).
-    ``make`` allocates specially (e.g. an fp8_ds_mla cache with its page stride).
-    """
-
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-    stride: tuple[int, ...] | None = None
-    pool: str | None = None
-    values: Callable[[], torch.Tensor] | None = field(default=None, compare=False)
-    make: Callable[[torch.device], torch.Tensor] | None = field(default=None, compare=False)
-
-    def strides(self) -> tuple[int, ...]:
-        if self.stride is not None:
-            return self.stride
-        out, acc = [], 1
-        for n in reversed(self.shape):
-            out.append(acc)
-            acc *= max(n, 1)
-        return tuple(reversed(out))
-
-    def like(self, device: str = "cpu") -> Like:
-        return Like(shape=tuple(self.shape), dtype=self.dtype, stride=self.strides(),
-                    device=torch.device(device), ndim=len(self.shape))
-
-    def materialize(self, device: torch.device, pools: dict[Any, torch.Tensor]) -> torch.Tensor:
-        if self.values is not None:
-            t = self.values()
-            if tuple(t.shape) != tuple(self.shape) or t.dtype != self.dtype:
-                raise AssertionError(f"TensorSpec values: {tuple(t.shape)} {t.dtype}, "
-                                     f"declared {self.shape} {self.dtype}")
-            return t.to(device)
-        if self.make is not None:
-            key = (self.pool, self.shape, self.stride)
-            if self.pool is None or key not in pools:
-                t = self.make(device)
-                if self.pool is None:
-                    return t
-                pools[key] = t
-            return pools[key]
-        numel = math.prod(self.shape)
-        if self.pool is None:
-            return torch.zeros(self.shape, dtype=self.dtype, device=device)
-        key = (self.pool, self.dtype)
-        buf = pools.get(key)
-        if buf is None or buf.numel() < numel:
-            buf = pools[key] = torch.zeros(max(numel, 1), dtype=self.dtype, device=device)
-        return buf[:numel].view(self.shape)
-
-
-@dataclass(frozen=True)
-class Call:
-    """One op call of a serving step on one layer: which family, kernel and call site, with what."""
-
-    family: KernelFamily
-    kernel: JitKernel
-    site: str
-    args: Mapping[str, Any]
-
-    def like_args(self, device: str = "cpu") -> dict[str, Any]:
-        return {k: v.like(device) if isinstance(v, TensorSpec) else v for k, v in self.args.items()}
-
-    def real_args(self, device: torch.device, pools: dict[Any, torch.Tensor]) -> dict[str, Any]:
-        return {k: v.materialize(device, pools) if isinstance(v, TensorSpec) else v
-                for k, v in self.args.items()}
-
-    def key(self, device: str = "cpu") -> Any:
-        """The key the op would dispatch for this call (metadata only, nothing launched)."""
-        return self.family.dispatch(self.kernel, self.like_args(device))
-
-
-@dataclass(frozen=True)
-class KernelFamily:
-    """A kernel family as the model uses it: registration, runtime call sites, diagnosis.
-
-    ``register(stack, layer)`` registers the family's kernel for one layer (a no-op where the
-    runtime would not call it) and returns the kernel or None. ``call_sites(stack, layer, step)``
-    lists the op calls the layer makes in a serving step. ``dispatch(kernel, args)`` maps op
-    arguments to the key exactly as the op's ``__call__`` does. ``launch(stack, kernel, args)``
-    runs the public op. ``explain_dead(stack, kernel, key, stats)`` says why a warmed key was
-    never requested, or returns None when the family has no specific reason. ``owns(kernel)``:
-    whether a kernel object (any variant, any backend) belongs to the family.
-    ``not_selected(stack, kernel)``: why the runtime never calls that kernel object (the other
-    variant; the family unused by the configuration), or None.
-    """
-
-    name: str
-    spec: str
-    summary: str
-    owns: Callable[[JitKernel], bool]
-    register: Callable[[DSv4AttentionStack, AttentionLayer], JitKernel | None]
-    call_sites: Callable[[DSv4AttentionStack, AttentionLayer, Step], list[Call]]
-    dispatch: Callable[[JitKernel, Mapping[str, Any]], Any]
-    launch: Callable[[DSv4AttentionStack, JitKernel, Mapping[str, Any]], Any]
-    explain_dead: Callable[[DSv4AttentionStack, JitKernel, Any, ReplayStats], str | None]
-    not_selected: Callable[[DSv4AttentionStack, JitKernel], str | None] = lambda stack, kernel: None
-
-
-# --------------------------------------------------------------------------- K1/K2 indexer-Q
-
-
-def _iq_config(stack: DSv4AttentionStack) -> Any:
-    from dsv4kit.kernels.indexer_q import IndexerQConfig
-
-    return IndexerQConfig(
-        max_num_batched_tokens=stack.max_num_batched_tokens,
-        cos_sin_dtypes=tuple(ROPE_CACHE_DTYPES[d] for d in stack.warmup_cos_sin_dtypes),
-        indexer_cache_dtype=stack.indexer_cache_dtype,  # type: ignore[arg-type]
-    )
-
-
-def _iq_register(stack: DSv4AttentionStack, layer: AttentionLayer) -> JitKernel | None:
-    if layer.compress_ratio != 4:
-        return None  # only C4 layers have an indexer
-    from dsv4kit.kernels.indexer_q import register_indexer_q
-
-    return register_indexer_q(_iq_config(stack), backend=stack.backend, platform=stack.platform)
-
-
-def _iq_call_sites(stack: DSv4AttentionStack, layer: AttentionLayer, step: Step) -> list[Call]:
-    kernel = layer.kernels.get("indexer_q")
-    if kernel is None:
-        return []
-    t = step.padded_tokens
-    p = stack.preset
-    args = {
-        "positions": TensorSpec((t,), torch.int64, values=step.positions),
-        "index_q": TensorSpec((t, p.index_n_heads, p.index_head_dim), torch.bfloat16, pool="index_q"),
-        "cos_sin_cache": TensorSpec((p.compress_rope.max_pos, p.compress_rope.rope_dim), stack.rope_dtype,
-                                    pool=f"cos_sin:{stack.rope_cache_dtype}"),
-        "index_weights": TensorSpec((t, p.index_n_heads), torch.bfloat16, pool="index_weights"),
-    }
-    return [Call(INDEXER_Q, kernel, "indexer_q", args)]
-
-
-def _iq_dispatch(kernel: Any, args: Mapping[str, Any]) -> Any:
-    # IndexerQBase.__call__: t = index_q.shape[0] (validated == len(positions)); T == 0 never
-    # reaches dispatch (the trace has no empty steps).
-    return kernel.dispatch(args["index_q"], args["cos_sin_cache"], args["index_q"].shape[0])
-
-
-def _iq_launch(stack: DSv4AttentionStack, kernel: Any, args: Mapping[str, Any]) -> Any:
-    from dsv4kit.kernels.indexer_q import indexer_q_rope_quant
-
-    p = stack.preset
-    return indexer_q_rope_quant(args["positions"], args["index_q"], args["cos_sin_cache"],
-                                args["index_weights"], cache_format=kernel.cache_format,
-                                softmax_scale=p.indexer_softmax_scale, head_scale=p.indexer_head_scale,
-                                backend=stack.backend)
-
-
-def _iq_not_selected(stack: DSv4AttentionStack, kernel: Any) -> str | None:
-    fmt = getattr(kernel, "cache_format", None)
-    if fmt is not None and fmt != stack.indexer_cache_dtype:
-        return (f"{fmt.upper()} variant not selected: this runtime's indexer cache is "
-                f"{stack.indexer_cache_dtype}")
-    return None
-
-
-def _iq_explain(stack: DSv4AttentionStack, kernel: Any, key: Any, stats: ReplayStats) -> str | None:
-    from dsv4kit.kernels.indexer_q import COARSEN_AT
-
-    if key.cos_sin_dtype != stack.rope_cache_dtype:
-        return (f"cos_sin {key.cos_sin_dtype} never requested: this runtime's RoPE cache is "
-                f"{stack.rope_cache_dtype} (the other dtype is warmed for a model-dtype cast, trap 1)")
-    if not stats.tokens:
-        return "no step in this trace"
-    if key.coarsen > 1 and max(stats.tokens) < COARSEN_AT:
-        return (f"coarsen-{key.coarsen} never requested by this trace (largest batch "
-                f"{max(stats.tokens)} tokens < {COARSEN_AT})")
-    if key.coarsen == 1 and min(stats.tokens) >= COARSEN_AT:
-        return (f"coarsen-1 never requested by this trace (smallest batch {min(stats.tokens)} tokens "
-                f">= {COARSEN_AT})")
-    return None
-
-
-def _iq_owns(kernel: JitKernel) -> bool:
-    from dsv4kit.kernels.indexer_q.common import IndexerQBase
-
-    return isinstance(kernel, IndexerQBase)
-
-
-INDEXER_Q = KernelFamily(
-    name="indexer_q", spec="K1/K2",
-    summary="indexer-Q RoPE + FP8 (K1) or MXFP4 (K2) quant; C4 layers, every step, all T tokens",
-    owns=_iq_owns,
-    register=_iq_register, call_sites=_iq_call_sites, dispatch=_iq_dispatch, launch=_iq_launch,
-    explain_dead=_iq_explain, not_selected=_iq_not_selected,
-)
-
-
-# --------------------------------------------------------------------------- K3 dequant-gather
-
-
-def _k3_config(stack: DSv4AttentionStack) -> Any:
-    from dsv4kit.kernels.dequant_gather import DequantGatherConfig
-
-    return DequantGatherConfig(cache_block_size=stack.block_size,
-                               compress_ratios=stack.preset.compress_ratios, cache_dtype=stack.kv_cache_dtype)
-
-
-def _k3_used(stack: DSv4AttentionStack) -> bool:
-    return stack.kv_cache_dtype == "fp8_ds_mla" and stack.block_size > 0
-
-
-def _k3_register(stack: DSv4AttentionStack, layer: AttentionLayer) -> JitKernel | None:
-    if not _k3_used(stack):
-        return None  # dense (plain-row) path, or no paged cache
-    from dsv4kit.kernels.dequant_gather import register_dequant_gather
-
-    return register_dequant_gather(_k3_config(stack), ratio=layer.compress_ratio, platform=stack.platform,
-                                   backend=stack.backend)
-
-
-def _ds_cache_spec(bs: int) -> TensorSpec:
-    from dsv4kit.formats.ds_mla import DS_ENTRY_BYTES, allocate_ds_cache, ds_min_page_stride
-
-    stride = ds_min_page_stride(bs)
-    return TensorSpec((LAUNCH_POOL_PAGES, bs, DS_ENTRY_BYTES), torch.uint8, (stride, DS_ENTRY_BYTES, 1),
-                      pool=f"ds_cache:{bs}",
-                      make=lambda device: allocate_ds_cache(LAUNCH_POOL_PAGES, bs, device=device))
-
-
-def _int32(values: Sequence[int]) -> Callable[[], torch.Tensor]:
-    data = list(values)
-    return lambda: torch.tensor(data, dtype=torch.int32)
-
-
-def _block_table(nreq: int, blocks: int) -> Callable[[], torch.Tensor]:
-    # Page ids alias a small pool: K3 only reads pages, so real layouts are not needed.
-    return lambda: (torch.arange(nreq * blocks, dtype=torch.int32) % LAUNCH_POOL_PAGES).view(nreq, blocks)
-
-
-def _k3_call_sites(stack: DSv4AttentionStack, layer: AttentionLayer, step: Step) -> list[Call]:
-    kernel = layer.kernels.get("dequant_gather")
-    prefill = step.prefill_chunks
-    if kernel is None or not prefill:
-        return []  # K3 is the prefill path
-    b, r, window = stack.block_size, layer.compress_ratio, stack.preset.sliding_window
-    nreq = len(prefill)
-    seq_lens = [c.context_len + c.num_tokens for c in prefill]   # entries in the cache after the store
-    gather = [min(n, c.num_tokens + window - 1) for n, c in zip(seq_lens, prefill, strict=True)]
-    comp_lens = [n // r for n in seq_lens] if r > 1 else []
-    width = max(comp_lens, default=0)                           # N: the compressed region of a row
-    rows = width + max(gather)                                  # M = N + G_max > offset: always dispatched
-    out = TensorSpec((nreq, rows, stack.preset.head_dim), torch.bfloat16, pool="k3_workspace")
-    calls = []
-    if r > 1:
-        bs = max(1, b // r)
-        blocks = max(1, -(-width // bs))
-        calls.append(Call(DEQUANT_GATHER, kernel, f"gather_compressed_c{r}", {
-            "out": out, "k_cache": _ds_cache_spec(bs), "seq_lens": TensorSpec((nreq,), torch.int32,
-                                                                             values=_int32(comp_lens)),
-            "gather_lens": None, "block_table": TensorSpec((nreq, blocks), torch.int32,
-                                                           values=_block_table(nreq, blocks)),
-            "block_size": bs, "offset": 0}))
-    blocks = -(-max(seq_lens) // b)
-    calls.append(Call(DEQUANT_GATHER, kernel, "gather_window", {
-        "out": out, "k_cache": _ds_cache_spec(b),
-        "seq_lens": TensorSpec((nreq,), torch.int32, values=_int32(seq_lens)),
-        "gather_lens": TensorSpec((nreq,), torch.int32, values=_int32(gather)),
-        "block_table": TensorSpec((nreq, blocks), torch.int32, values=_block_table(nreq, blocks)),
-        "block_size": b, "offset": width}))
-    return calls
-
-
-def _k3_dispatch(kernel: Any, args: Mapping[str, Any]) -> Any:
-    # DequantGatherBase.__call__: key = self.dispatch(k_cache, gather_lens), reached only when
-    # nreq > 0 and offset < out.shape[1] (the call sites guarantee both).
-    return kernel.dispatch(args["k_cache"], args["gather_lens"])
-
-
-def _k3_launch(stack: DSv4AttentionStack, kernel: Any, args: Mapping[str, Any]) -> Any:
-    from dsv4kit.kernels.dequant_gather import dequantize_and_gather_k_cache
-
-    return dequantize_and_gather_k_cache(args["out"], args["k_cache"], args["seq_lens"], args["gather_lens"],
-                                         args["block_table"], args["block_size"], args["offset"],
-                                         backend=stack.backend, platform=stack.platform, debug_checks=False)
-
-
-def _k3_not_selected(stack: DSv4AttentionStack, kernel: Any) -> str | None:
-    if not _k3_used(stack):
-        why = "B = 0 (no paged cache)" if stack.block_size == 0 else f"the KV cache is {stack.cache_dtype}"
-        return f"K3 not used by this runtime: {why}; K3 is the fp8_ds_mla sparse-MLA prefill path"
-    return None
-
-
-def _k3_explain(stack: DSv4AttentionStack, kernel: Any, key: Any, stats: ReplayStats) -> str | None:
-    if stats.prefill_steps == 0:
-        return "no prefill in this trace: K3 gathers only on the sparse-MLA prefill path"
-    return None
-
-
-def _k3_owns(kernel: JitKernel) -> bool:
-    from dsv4kit.kernels.dequant_gather.common import DequantGatherBase
-
-    return isinstance(kernel, DequantGatherBase)
-
-
-DEQUANT_GATHER = KernelFamily(
-    name="dequant_gather", spec="K3",
-    summary="fp8_ds_mla -> bf16 gather for sparse-MLA prefill: window (B) and compressed (B // R) pages",
-    owns=_k3_owns,
-    register=_k3_register, call_sites=_k3_call_sites, dispatch=_k3_dispatch, launch=_k3_launch,
-    explain_dead=_k3_explain, not_selected=_k3_not_selected,
-)
-
-#: Every kernel family of the kit the model uses, in call order within a layer. Add a row to
-#: plug in a new family (K4-K9): registration, call sites, dispatch, launch, dead-key reasons.
-FAMILIES: tuple[KernelFamily, ...] = (INDEXER_Q, DEQUANT_GATHER)
+#: Every kernel family of a DSv4 layer, in call order (the registered specs with model hooks).
+FAMILIES: tuple[FamilySpec, ...] = families(model=True)
 
 
 # --------------------------------------------------------------------------- the stack
@@ -513,14 +159,14 @@ class DSv4AttentionStack:
         cuda_graphs: bool = True,
         max_cuda_graph_size: int = 512,
         backend: str | None = None,
-        families: Sequence[KernelFamily] = FAMILIES,
+        families: Sequence[FamilySpec] = FAMILIES,
     ) -> None:
         self.preset = resolve_preset(preset)
         if isinstance(platform, str):
             platform = cpu_platform(platform)
         self.platform: Platform = platform or current_platform()
         self.cache_dtype = cache_dtype
-        self.kv_cache_dtype = normalize_cache_dtype(cache_dtype)
+        self.kv_cache_dtype = normalize_cache_dtype(cache_dtype, STACK)
         if indexer_cache_dtype not in INDEXER_CACHE_DTYPES:
             raise input_error(STACK, "indexer_cache_dtype", "'fp8' or 'mxfp4'", repr(indexer_cache_dtype))
         self.indexer_cache_dtype = indexer_cache_dtype
@@ -560,12 +206,17 @@ class DSv4AttentionStack:
                     layer.kernels[fam.name] = kernel
             self.layers.append(layer)
 
-    def _register(self, fam: KernelFamily, layer: AttentionLayer) -> JitKernel | None:
+    def _register(self, fam: FamilySpec, layer: AttentionLayer) -> JitKernel | None:
+        """Register ``fam`` for ``layer`` where the runtime calls it (its gate: a config)."""
+        config = fam.model.config(self, layer) if fam.model is not None else None
+        if config is None:
+            return None
         # Catch what the family registers, keep it (self.registry) and forward it to whatever
         # registry is active, registration by registration (so counts stay per layer).
         probe = WarmupRegistry()
         with probe.activate():
-            kernel = fam.register(self, layer)
+            kernel = fam.register(config, variant=fam.model.variant(self), backend=self.backend,
+                                  platform=self.platform)
         for reg in probe.registrations.values():
             keys = list(reg.keys)
             mine = layer.keys.setdefault(fam.name, [])
@@ -596,7 +247,7 @@ class DSv4AttentionStack:
         """Kernel name -> kernel object, for every kernel some layer registered."""
         return {r.kernel.name: r.kernel for r in self.registry.registrations.values()}
 
-    def family_of(self, kernel_name: str) -> KernelFamily | None:
+    def family_of(self, kernel_name: str) -> FamilySpec | None:
         for layer in self.layers:
             for fam_name, k in layer.kernels.items():
                 if k.name == kernel_name:
@@ -609,7 +260,7 @@ class DSv4AttentionStack:
 
     def calls(self, layer: AttentionLayer, step: Step) -> list[Call]:
         """The op calls ``layer`` makes in ``step``, in family order."""
-        return [c for fam in self.families for c in fam.call_sites(self, layer, step)]
+        return [c for fam in self.families for c in fam.calls(self, layer, step)]
 
     def describe(self) -> str:
         """One paragraph: preset, platform, settings, layer kinds, and what each family registered."""

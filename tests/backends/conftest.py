@@ -2,6 +2,7 @@
 
 import pytest
 
+from dsv4kit.jit import CompileArtifact
 from dsv4kit.kernels.rowquant import RowQuantConfig
 from dsv4kit.kernels.rowquant.cutedsl import RowQuantCuTeDSL
 from dsv4kit.kernels.rowquant.triton import RowQuantTriton
@@ -30,5 +31,6 @@ def aot_artifacts():
         for arch in ARCHS:
             for key in k.get_warmup_keys():
                 art = k.compile_for(key, arch)
-                out[backend, arch, key] = art[1] if isinstance(art, tuple) else art
+                assert isinstance(art, CompileArtifact) and art.executable is not None  # one type
+                out[backend, arch, key] = art
     return out

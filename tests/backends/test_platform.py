@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dsv4kit.errors import KernelInputError
-from dsv4kit.kernels.rowquant import rowquant, rowquant_kernel
+from dsv4kit.kernels.rowquant import SPEC, rowquant
 from dsv4kit.platform import (
     KNOWN_ARCHS,
     Platform,
@@ -90,7 +90,7 @@ def test_op_asked_for_a_gpu_run_without_cuda():
     with pytest.raises(KernelInputError, match="rowquant: device: expected cuda"):
         rowquant(x, backend="cutedsl")
     with pytest.raises(KernelInputError, match="rowquant: device: expected a CUDA device"):
-        rowquant_kernel("cuda")
+        SPEC.kernel(device="cuda")
 
 
 def test_cutedsl_missing_is_a_clear_error(monkeypatch):

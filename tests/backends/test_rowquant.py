@@ -9,56 +9,16 @@ from dsv4kit.formats.bits import clog2
 from dsv4kit.jit import JitMonitor, WarmupRegistry
 from dsv4kit.kernels.rowquant import (
     COARSEN_AT,
+    SPEC,
     RowQuantConfig,
-    register_rowquant_warmup,
-    rowquant_kernel,
     rowquant_reference,
 )
+from dsv4kit.kernels.rowquant.cases import REGIMES, assert_bit_exact, bits, regime
 from dsv4kit.platform import cpu_platform, use_platform
 
 ARCHS = ("sm_90a", "sm_100a")
 
 
-def bits(t):
-    return t.view({1: torch.uint8, 4: torch.int32}[t.element_size()])
-
-
-def assert_bit_exact(got, want):
-    for g, w in zip(got, want, strict=True):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        diff = bits(g) != bits(w)
-        first = diff.nonzero()[0].tolist() if diff.any() else None
-        assert not diff.any(), f"{int(diff.sum())} of {diff.numel()} differ, first at {first}"
-
-
-def regime(name, m, n, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    r = torch.randn(m, n, generator=g)
-    if name == "normal":
-        x = r
-    elif name == "zero":
-        x = torch.zeros(m, n)
-        x[:, 1::2] = -0.0
-    elif name == "tiny":
-        x = torch.sign(r) * torch.exp2(torch.randint(-60, -50, (m, n), generator=g).float())
-        x[:, 64:128] = 0.01 * torch.sign(r[:, 64:128])  # amax below 448 * 2**-14: the D1 floor matters
-    elif name == "large":
-        x = torch.sign(r) * torch.exp2(torch.randint(60, 100, (m, n), generator=g).float())
-    elif name == "saturating":
-        x = r.clone()
-        x[:, ::128] = 448.0
-        x[:, 1::128] = -448.0 * (1 + 2**-7)  # next bf16 above 448: exponent + 1
-    elif name == "outlier":
-        x = r.clone()
-        x[:, ::128] *= 1e4  # drives the rest of the block to e4m3 subnormals and zero
-    elif name == "crafted":
-        vals = torch.tensor([448.0, 17.0, 19.0, 15.9, 1 + 3 * 2**-8, -17.0, -1e-6, 3 * 2**-9, 3 * 2**-10,
-                             5 * 2**-11, 2**-7, -(2**-10)])
-        x = vals.repeat(m, n // len(vals) + 1)[:, :n]
-    return x.to(torch.bfloat16)
-
-
-REGIMES = ["normal", "zero", "tiny", "large", "saturating", "outlier", "crafted"]
 
 
 # --------------------------------------------------------------------------- the reference
@@ -153,7 +113,7 @@ def test_bad_input(rq_triton, make, message):
 
 
 def test_warmup_keys_cover_the_coarsen_switch():
-    k = rowquant_kernel("cpu", platform=cpu_platform())
+    k = SPEC.kernel(device="cpu", platform=cpu_platform())
     keys = k.get_warmup_keys(RowQuantConfig(widths=(512,), max_tokens=8192))
     assert [(key.n_cols, key.x_stride_class, key.rows_per_program) for key in keys] == [
         (512, "div16", 1), (512, "div16", 4)]
@@ -163,8 +123,8 @@ def test_warmup_keys_cover_the_coarsen_switch():
 def test_registration_registers_the_kernel_the_runtime_selects():
     reg = WarmupRegistry()
     with use_platform(cpu_platform()), reg.activate():
-        kernel = register_rowquant_warmup(RowQuantConfig(widths=(256,)), device="cpu")
-        assert kernel is rowquant_kernel("cpu")
+        kernel = SPEC.register(RowQuantConfig(widths=(256,)))
+        assert kernel is SPEC.kernel(device="cpu")
     assert list(reg.keys()) == ["RowQuantTriton"] and len(reg) == 2
 
 

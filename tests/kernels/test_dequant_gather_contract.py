@@ -9,14 +9,13 @@ from dsv4kit.errors import KernelInputError, UnwarmedKeyError
 from dsv4kit.formats.ds_mla import allocate_ds_cache
 from dsv4kit.jit import JitMonitor, KeyLedger, WarmupRegistry
 from dsv4kit.kernels.dequant_gather import (
+    SPEC,
     DequantGatherConfig,
     dequantize_and_gather_k_cache,
     get_warmup_keys,
-    kernel_for,
-    register_dequant_gather,
 )
 from dsv4kit.kernels.dequant_gather.cases import SENTINEL, make_case, same_bits
-from dsv4kit.kernels.dequant_gather.common import DequantGatherBase
+from dsv4kit.kernels.dequant_gather.spec import DequantGatherBase
 from dsv4kit.kernels.dequant_gather.triton import DequantGatherTriton
 from dsv4kit.model.presets import DSV4_FLASH
 from dsv4kit.platform import cpu_platform, replace
@@ -70,21 +69,21 @@ def test_registration_mirrors_runtime() -> None:
     reg = WarmupRegistry()
     with reg.activate():
         for ratio in DSV4_FLASH.compress_ratios:
-            kernel = register_dequant_gather(DSV4_FLASH, ratio=ratio)
-    assert kernel is kernel_for()
+            kernel = SPEC.register(DequantGatherConfig.for_layer(DSV4_FLASH, ratio))
+    assert kernel is SPEC.kernel()
     assert reg.keys() == {kernel.name: keys((256, True), (64, False), (2, False))}
     assert reg.registrations[kernel.name].count == 43
     # Without an active registry: nothing recorded, no error.
-    register_dequant_gather(DSV4_FLASH)
+    SPEC.register(DSV4_FLASH)
 
 
 def test_backend_gating() -> None:
     cpu = cpu_platform("sm_90a")
-    assert kernel_for(cpu).backend == "triton"
+    assert SPEC.kernel(platform=cpu).backend == "triton"
     gpu = replace(cpu, device="cuda", cutedsl=True)
-    assert kernel_for(gpu).backend == "cutedsl"
-    assert kernel_for(gpu, "triton").backend == "triton"
-    assert kernel_for(replace(gpu, cutedsl=False)).backend == "triton"
+    assert SPEC.kernel(platform=gpu).backend == "cutedsl"
+    assert SPEC.kernel(platform=gpu, backend="triton").backend == "triton"
+    assert SPEC.kernel(platform=replace(gpu, cutedsl=False)).backend == "triton"
     with pytest.raises(KernelInputError, match="device: expected cuda"):
         dequantize_and_gather_k_cache(*make_case([3]).args(), backend="cutedsl", platform=cpu)
 

@@ -6,14 +6,14 @@ import torch
 from dsv4kit.errors import KernelInputError, UnwarmedKeyError
 from dsv4kit.jit import JitMonitor, KeyLedger, WarmupRegistry
 from dsv4kit.kernels.indexer_q import (
+    SPEC,
     IndexerQConfig,
     indexer_q_fp8_reference,
     indexer_q_mxfp4_reference,
     indexer_q_rope_quant,
-    register_indexer_q,
 )
 from dsv4kit.kernels.indexer_q.cases import REGIMES, make_case
-from dsv4kit.kernels.indexer_q.common import IndexerQBase
+from dsv4kit.kernels.indexer_q.spec import IndexerQBase
 from dsv4kit.kernels.indexer_q.triton import IndexerQFp8Triton, IndexerQMxfp4Triton
 from dsv4kit.platform import cpu_platform
 
@@ -100,7 +100,7 @@ def test_registration_picks_one_kernel_and_dedups_layers():
     reg = WarmupRegistry()
     with reg.activate():
         for _ in range(21):  # the C4 layers of DSv4-Flash
-            register_indexer_q(IndexerQConfig(), platform=cpu_platform())
+            SPEC.register(IndexerQConfig(), variant="fp8", platform=cpu_platform())
     assert list(reg.registrations) == ["IndexerQFp8Triton"]
     assert reg.registrations["IndexerQFp8Triton"].count == 21 and len(reg) == 4
 
@@ -143,7 +143,7 @@ def test_every_cutedsl_key_compiles_for_sm90a():
         keys = kernel.get_warmup_keys(IndexerQConfig(indexer_cache_dtype=fmt))
         assert len(keys) == 4
         for key in keys:
-            _, art = kernel.compile_for(key, "sm_90a")
+            art = kernel.compile_for(key, "sm_90a")
             assert ".target sm_90a" in art.text["ptx"]
             assert art.info["registers"] > 0 and art.info["spills"] == 0
             assert " fma." not in art.text["ptx"] and "mul.rn.f32" in art.text["ptx"]

@@ -9,19 +9,19 @@ import torch
 from model_helpers import build
 
 from dsv4kit.errors import KernelInputError
-from dsv4kit.jit import KeyLedger, WarmupRegistry
-from dsv4kit.kernels.dequant_gather import kernel_for
-from dsv4kit.kernels.dequant_gather.common import DequantGatherBase
-from dsv4kit.kernels.indexer_q import indexer_q_kernel
-from dsv4kit.kernels.indexer_q.common import IndexerQBase
-from dsv4kit.kernels.toy import ToyConfig, ToyRowScale
+from dsv4kit.family import DEFAULT_VARIANT, Arg, FamilySpec, ModelHooks, Site, TensorSpec, Variant
+from dsv4kit.jit import KeyLedger, Like, WarmupChoices, WarmupIntRange, WarmupRegistry, kernel_launcher
+from dsv4kit.kernels.dequant_gather import SPEC as K3_SPEC
+from dsv4kit.kernels.dequant_gather.spec import DequantGatherBase
+from dsv4kit.kernels.indexer_q import SPEC as IQ_SPEC
+from dsv4kit.kernels.indexer_q.spec import IndexerQBase
+from dsv4kit.kernels.save_partial_states import SPEC as K4_SPEC
+from dsv4kit.kernels.save_partial_states.spec import SavePartialStatesBase
+from dsv4kit.kernels.toy import ToyConfig, ToyRowScale, toy_reference
 from dsv4kit.model.presets import DSV4_FLASH, DSV4_PRO
 from dsv4kit.model.stack import (
     FAMILIES,
-    Call,
     DSv4AttentionStack,
-    KernelFamily,
-    TensorSpec,
     gpu_platform,
     normalize_cache_dtype,
 )
@@ -30,6 +30,7 @@ from dsv4kit.platform import cpu_platform
 
 IQ = IndexerQBase.CompileKey
 K3 = DequantGatherBase.CompileKey
+K4 = SavePartialStatesBase.CompileKey
 
 
 def iq_keys(dtypes=("float32", "bfloat16")):
@@ -40,12 +41,15 @@ def iq_keys(dtypes=("float32", "bfloat16")):
 
 
 def test_flash_registers_the_spec_keys_once_per_kernel() -> None:
-    """Spec §2.11 DSv4-Flash table (the K1 and K3 rows); 43 layers collapse to one entry each."""
+    """Spec §2.11 DSv4-Flash table (the K1, K3 and K4 rows); 43 layers collapse to one entry each."""
     stack, registry = build()
-    assert registry.keys() == {"IndexerQFp8Triton": iq_keys(),
-                               "DequantGatherTriton": [K3(256, True), K3(64, False), K3(2, False)]}
+    keys = registry.keys()
+    assert set(keys.pop("SavePartialStatesTriton")) == {K4(1024, 4, 4), K4(512, 128, 8), K4(256, 4, 4)}
+    assert keys == {"IndexerQFp8Triton": iq_keys(),
+                    "DequantGatherTriton": [K3(256, True), K3(64, False), K3(2, False)]}
     regs = registry.registrations
     assert regs["IndexerQFp8Triton"].count == 21       # C4 layers
+    assert regs["SavePartialStatesTriton"].count == 41  # C4 and C128 layers (main + indexer state on C4)
     assert regs["DequantGatherTriton"].count == 43     # every layer gathers its window in prefill
     assert stack.registry.keys() == registry.keys()    # the stack keeps its own copy
     assert [layer.compress_ratio for layer in stack.layers] == list(DSV4_FLASH.compress_ratios)
@@ -59,6 +63,8 @@ def test_per_layer_gating() -> None:
         want = [K3(256, True)] + ([K3(256 // r, False)] if r > 1 else [])
         assert layer.keys["dequant_gather"] == want
         assert layer.keys.get("indexer_q", []) == (iq_keys() if r == 4 else [])
+        assert layer.keys.get("save_partial_states", []) == {
+            4: [K4(1024, 4, 4), K4(256, 4, 4)], 128: [K4(512, 128, 8)]}.get(r, [])   # trap 7: indexer state
     assert {layer.kind for layer in stack.layers} == {"SWA", "C4", "C128"}
 
 
@@ -77,7 +83,7 @@ def test_indexer_cache_selects_k1_or_k2(indexer, kernel, other) -> None:
     assert registry.keys()[kernel] == iq_keys()
     assert other not in registry.keys()
     c4 = next(layer for layer in stack.layers if layer.compress_ratio == 4)
-    assert c4.kernels["indexer_q"] is indexer_q_kernel(indexer, None, None, stack.platform)  # the op's
+    assert c4.kernels["indexer_q"] is IQ_SPEC.kernel(indexer, None, None, stack.platform)  # the op's
 
 
 @pytest.mark.parametrize("cache", ["bf16", "bfloat16", "auto", "fp8", "fp8_e4m3"])
@@ -105,7 +111,7 @@ def test_no_active_registry_registers_nowhere_else() -> None:
     outer = WarmupRegistry()
     stack = DSv4AttentionStack(DSV4_FLASH, "sm_90a")     # no registry active
     assert len(outer) == 0
-    assert len(stack.registry) == 7
+    assert len(stack.registry) == 10
 
 
 # --------------------------------------------------------------------------- platform gating
@@ -117,14 +123,15 @@ def test_platform_gating_selects_what_the_ops_select() -> None:
         stack, registry = build(platform=plat)
         assert {r.kernel.backend for r in registry.registrations.values()} == {backend}
         c4 = stack.layers[2]
-        assert c4.kernels["indexer_q"] is indexer_q_kernel("fp8", None, None, plat)
-        assert c4.kernels["dequant_gather"] is kernel_for(plat)
+        assert c4.kernels["indexer_q"] is IQ_SPEC.kernel("fp8", None, None, plat)
+        assert c4.kernels["dequant_gather"] is K3_SPEC.kernel(platform=plat)
+        assert c4.kernels["save_partial_states"] is K4_SPEC.kernel(platform=plat)
         assert all(r.kernel.target == plat.arch for r in registry.registrations.values())
 
 
 def test_forced_backend() -> None:
     _, registry = build(platform=gpu_platform("sm_90a"), backend="triton")
-    assert set(registry.keys()) == {"IndexerQFp8Triton", "DequantGatherTriton"}
+    assert set(registry.keys()) == {"IndexerQFp8Triton", "DequantGatherTriton", "SavePartialStatesTriton"}
     with pytest.raises(KernelInputError, match="CuTeDSL kernels run only on a GPU"):
         build(platform=cpu_platform("sm_90a"), backend="cutedsl")
     with pytest.raises(KernelInputError, match="backend"):
@@ -185,34 +192,45 @@ def test_cuda_graph_sizes() -> None:
 # --------------------------------------------------------------------------- extensibility
 
 
+class ToyByName(ToyRowScale):
+    """The toy kernel as a family needs it: dispatch reads op arguments only (by name)."""
+
+    def __init__(self, platform=None) -> None:
+        self.platform = platform
+
+    def dispatch(self, x):
+        return self.CompileKey(dtype=str(x.dtype).removeprefix("torch."), width=x.shape[-1],
+                               coarsen=1 if x.shape[0] < 512 else 4)
+
+    def get_warmup_keys(self, config=None):
+        cfg = config or ToyConfig()
+        return self.trace(x=Like(dtype=WarmupChoices(*cfg.dtypes),
+                                 shape=(WarmupIntRange(1, cfg.max_tokens + 1), cfg.width)))
+
+    @kernel_launcher
+    def __call__(self, x, *, debug_checks=None):
+        return self.dispatch(x), (x,)
+
+
 def test_a_new_family_plugs_in() -> None:
-    """A row added to the family table registers per layer and is called by the replay."""
-    toy = ToyRowScale()
-
-    def register(stack, layer):
-        if layer.compress_ratio != 0:
-            return None
-        toy.register_warmup(ToyConfig(width=512, max_tokens=stack.max_num_batched_tokens))
-        return toy
-
-    def call_sites(stack, layer, step):
-        if "toy" not in layer.kernels:
-            return []
-        x = TensorSpec((step.padded_tokens, 512), torch.float32)
-        return [Call(fam, layer.kernels["toy"], "toy", {"x": x})]
-
-    fam = KernelFamily(
-        name="toy", spec="T0", summary="toy row scale on sliding-window layers",
-        owns=lambda k: isinstance(k, ToyRowScale), register=register, call_sites=call_sites,
-        dispatch=lambda kernel, args: kernel.dispatch(args["x"], args["x"].shape[0]),
-        launch=lambda stack, kernel, args: kernel(args["x"]),
-        explain_dead=lambda stack, kernel, key, stats: "toy keys in bfloat16 are never requested"
-        if key.dtype == "bfloat16" else None,
+    """A family spec added to the stack's families registers per layer and is called by the replay."""
+    fam = FamilySpec(
+        name="toy", spec_id="T0", summary="toy row scale on sliding-window layers", op_name="toy_row_scale",
+        args=(Arg("x", "tensor", (torch.float32, torch.bfloat16), "[T, width]"),),
+        contract=ToyByName, variants={DEFAULT_VARIANT: Variant(toy_reference, ToyByName, ToyByName)},
+        returns="x scaled per row",
+        model=ModelHooks(
+            config=lambda stack, layer: (ToyConfig(width=512, max_tokens=stack.max_num_batched_tokens)
+                                         if layer.compress_ratio == 0 else None),
+            call_sites=lambda stack, layer, step: [
+                Site("toy", {"x": TensorSpec((step.padded_tokens, 512), torch.float32)})],
+            explain_dead=lambda stack, key, stats: ("toy keys in bfloat16 are never requested"
+                                                    if key.dtype == "bfloat16" else None)),
     )
     stack, registry = build(families=(*FAMILIES, fam))
-    assert registry.registrations["ToyRowScale"].count == 2
+    assert registry.registrations["ToyByName"].count == 2
     assert [layer.index for layer in stack.layers if "toy" in layer.kernels] == [0, 1]
-    ToyRowScale.clear_cache()
+    ToyByName.clear_cache()
     ledger = KeyLedger()
     with ledger:
         registry.warmup(progress=False)
@@ -220,8 +238,8 @@ def test_a_new_family_plugs_in() -> None:
     assert result.ok
     assert result.stats.calls[("toy", "toy")] == 2 * result.steps
     cov = coverage_report(stack, ledger, result)
-    reasons = {d.key: d.reason for d in cov.dead if d.kernel == "ToyRowScale"}
-    toy_key = ToyRowScale.CompileKey
+    reasons = {d.key: d.reason for d in cov.dead if d.kernel == "ToyByName"}
+    toy_key = ToyByName.CompileKey
     assert reasons == {toy_key("float32", 512, 4): "never requested by this trace",   # decode T <= 256
                        toy_key("bfloat16", 512, 1): "toy keys in bfloat16 are never requested",
                        toy_key("bfloat16", 512, 4): "toy keys in bfloat16 are never requested"}

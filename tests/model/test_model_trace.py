@@ -10,9 +10,10 @@ from model_helpers import TINY, build, warm
 
 from dsv4kit.errors import KernelInputError, UnwarmedKeyError
 from dsv4kit.jit import KeyLedger
-from dsv4kit.kernels.dequant_gather.common import DequantGatherBase
+from dsv4kit.kernels.dequant_gather.spec import DequantGatherBase
 from dsv4kit.kernels.indexer_q import COARSEN_AT
-from dsv4kit.kernels.indexer_q.common import IndexerQBase
+from dsv4kit.kernels.indexer_q.spec import IndexerQBase
+from dsv4kit.kernels.save_partial_states.spec import SavePartialStatesBase
 from dsv4kit.model.stack import DSv4AttentionStack
 from dsv4kit.model.trace import (
     SeqChunk,
@@ -148,7 +149,7 @@ def test_dispatch_on_stand_ins_equals_dispatch_on_real_tensors() -> None:
                 assert call.key() == call.family.dispatch(call.kernel, real)
                 seen.add((call.site, call.key()))
     assert {site for site, _ in seen} == {"indexer_q", "gather_window", "gather_compressed_c4",
-                                          "gather_compressed_c128"}
+                                          "gather_compressed_c128", "save_main_state", "save_indexer_state"}
 
 
 def test_replay_matches_real_launches_under_the_interpreter() -> None:
@@ -177,8 +178,10 @@ def test_coarsen_4_launch_matches_dispatch() -> None:
     launched = KeyLedger()
     launched.warmed = ledger.warmed
     assert replay(stack, trace, ledger=ledger).ok and replay(stack, trace, ledger=launched, launch=True).ok
-    assert ledger.requested == launched.requested == {"IndexerQFp8Triton": {IQ(cos_sin_dtype="float32",
-                                                                               coarsen=4): 1}}
+    k4 = SavePartialStatesBase.CompileKey
+    assert ledger.requested == launched.requested == {
+        "IndexerQFp8Triton": {IQ(cos_sin_dtype="float32", coarsen=4): 1},
+        "SavePartialStatesTriton": {k4(1024, 4, 4): 1, k4(256, 4, 4): 1}}   # main and indexer state
 
 
 # --------------------------------------------------------------------------- the monitor

@@ -1,20 +1,18 @@
 """K3: dequantize_and_gather_k_cache (fp8_ds_mla -> bf16 workspace).
 
-``dequantize_and_gather_k_cache`` is the op (backend chosen by :mod:`dsv4kit.platform`);
-``DequantGatherTriton`` / ``DequantGatherCuTeDSL`` (in ``.triton`` / ``.cutedsl``) are the
-kernels, ``register_dequant_gather`` / ``get_warmup_keys`` the warmup side.
+``SPEC`` is the family (op, kernels per backend, warmup, model hooks); the op is
+``dsv4kit.ops.dequantize_and_gather_k_cache``. Backend modules are imported on first use.
 """
 
-from dsv4kit.kernels.dequant_gather.common import DequantGatherConfig
-from dsv4kit.kernels.dequant_gather.op import dequantize_and_gather_k_cache
 from dsv4kit.kernels.dequant_gather.reference import dequantize_and_gather_k_cache_reference
-from dsv4kit.kernels.dequant_gather.registration import get_warmup_keys, kernel_for, register_dequant_gather
+from dsv4kit.kernels.dequant_gather.spec import SPEC, DequantGatherConfig, get_warmup_keys
+
+dequantize_and_gather_k_cache = SPEC.op
 
 __all__ = [
+    "SPEC",
     "DequantGatherConfig",
     "dequantize_and_gather_k_cache",
     "dequantize_and_gather_k_cache_reference",
     "get_warmup_keys",
-    "kernel_for",
-    "register_dequant_gather",
 ]

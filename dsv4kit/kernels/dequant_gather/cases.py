@@ -250,7 +250,7 @@ def prefill_trace(
     ``offset`` = the batch's largest compressed count; a sliding-window-only layer gathers
     the window at offset 0. Inputs are small random-byte caches (see :func:`make_case`).
     """
-    from dsv4kit.kernels.dequant_gather.common import config_fields
+    from dsv4kit.kernels.dequant_gather.spec import config_fields
 
     b, ratios, dtype = config_fields(config)
     if b == 0 or dtype != "fp8_ds_mla":

@@ -27,11 +27,9 @@ import torch
 from cutlass import Float32, Int16, Int32, Int64, Uint8, Uint16, Uint32
 
 from dsv4kit.backends.cutedsl import CuTeDSLJitKernel, fake_stream, fake_tensor, sym
-from dsv4kit.errors import input_error
 from dsv4kit.formats.ds_mla import DS_ENTRY_BYTES
 from dsv4kit.kernels.cute_numerics import mul_rn
-from dsv4kit.kernels.dequant_gather.common import DequantGatherBase
-from dsv4kit.kernels.dequant_gather.reference import KERNEL
+from dsv4kit.kernels.dequant_gather.spec import DequantGatherBase
 
 __all__ = ["DequantGatherCuTeDSL", "dequant_gather_host"]
 
@@ -176,11 +174,6 @@ class DequantGatherCuTeDSL(DequantGatherBase, CuTeDSLJitKernel["DequantGatherBas
             key.block_size,
             key.has_gather_lens,
         )
-
-    def check_device(self, k_cache: torch.Tensor) -> None:
-        if k_cache.device.type != "cuda":
-            raise input_error(KERNEL, "k_cache", "a cuda tensor (CuTeDSL kernels run only on a GPU)",
-                              k_cache.device)
 
     def launch_args(self, key, out, k_cache, seq_lens, gather_lens, block_table, offset) -> tuple[Any, ...]:
         num_pages, bs, _ = k_cache.shape

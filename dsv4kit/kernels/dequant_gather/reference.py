@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from dsv4kit.errors import input_error
+from dsv4kit.family.schema import Arg, check_args
 from dsv4kit.formats.bits import bf16_round, bytes_to_bf16, e4m3_decode, ue8m0_decode
 from dsv4kit.formats.checks import (
     check_contiguous,
@@ -22,9 +23,23 @@ from dsv4kit.formats.ds_mla import (
     ds_page_regions,
 )
 
-__all__ = ["check_dequant_gather_inputs", "dequantize_and_gather_k_cache_reference"]
+__all__ = ["ARGS", "check_dequant_gather_inputs", "dequantize_and_gather_k_cache_reference"]
 
 KERNEL = "dequantize_and_gather_k_cache"
+
+#: The op's argument table (spec K3).
+ARGS = (
+    Arg("out", "tensor", (torch.bfloat16,), "[B_req, M, 512]",
+        "contiguous, data_ptr % 16 == 0; written in place"),
+    Arg("k_cache", "tensor", (torch.uint8,), "[num_pages, bs, 584]",
+        "fp8_ds_mla pages (§2.5, §2.10 strides)"),
+    Arg("seq_lens", "tensor", (torch.int32,), "[B_req]", "L per request: entries in its pages"),
+    Arg("gather_lens", "tensor", (torch.int32,), "[B_req]", "G <= L: gather the last G entries (None: all L)",
+        optional=True),
+    Arg("block_table", "tensor", (torch.int32,), "[B_req, max_blocks]", "stride(1) == 1; page ids"),
+    Arg("block_size", "int", rule="== k_cache.shape[1]"),
+    Arg("offset", "int", rule="first row written; offset + G <= M", default=0),
+)
 
 
 def check_dequant_gather_inputs(
@@ -40,6 +55,9 @@ def check_dequant_gather_inputs(
     debug_checks: bool = True,
 ) -> int:
     """K3 "Edge cases & bad inputs" checks (plus the debug checks); returns ``nreq``."""
+    check_args(kernel, ARGS, {"out": out, "k_cache": k_cache, "seq_lens": seq_lens,
+                              "gather_lens": gather_lens, "block_table": block_table,
+                              "block_size": block_size, "offset": offset})
     check_dtype(kernel, "out", out, torch.bfloat16)
     check_ndim(kernel, "out", out, 3)
     if out.shape[2] != DS_HEAD_DIM:

@@ -31,9 +31,7 @@ import triton
 import triton.language as tl
 
 from dsv4kit.backends.triton import Const, FromKey, Ptr, Runtime, TritonJitKernel
-from dsv4kit.errors import input_error
-from dsv4kit.kernels.dequant_gather.common import DequantGatherBase
-from dsv4kit.kernels.dequant_gather.reference import KERNEL
+from dsv4kit.kernels.dequant_gather.spec import DequantGatherBase
 from dsv4kit.kernels.triton_numerics import bits, from_bits
 
 __all__ = ["DequantGatherTriton", "dequant_gather_kernel"]
@@ -166,17 +164,6 @@ class DequantGatherTriton(DequantGatherBase, TritonJitKernel["DequantGatherBase.
     def grid(self, key: DequantGatherBase.CompileKey, args: Mapping[str, Any]) -> tuple[int, ...]:
         free_rows = args["rows_per_req"] - args["offset"]   # >= max G (offset + G <= M)
         return (triton.cdiv(free_rows, args["rows_per_prog"]), args["seq_lens_ptr"].shape[0])
-
-    def check_device(self, k_cache: torch.Tensor) -> None:
-        want = "cuda" if self.platform.is_cuda else "cpu"
-        if k_cache.device.type != want:
-            where = "Triton on the GPU" if want == "cuda" else "the Triton interpreter (no CUDA here)"
-            raise input_error(KERNEL, "k_cache", f"a {want} tensor ({where})", k_cache.device)
-
-    def default_debug_checks(self) -> bool:
-        # Under the interpreter a bad page id would read arbitrary host memory (a crash, not a
-        # wrong answer), and value checks cost nothing there; on the GPU they are opt-in.
-        return not self.platform.is_cuda
 
     def launch_args(self, key, out, k_cache, seq_lens, gather_lens, block_table, offset) -> tuple[Any, ...]:
         rows = out.shape[1]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from dsv4kit.errors import input_error
+from dsv4kit.family.schema import Arg, check_args
 from dsv4kit.formats.bits import bf16_round, pow2
 from dsv4kit.formats.checks import (
     check_contiguous,
@@ -23,6 +24,7 @@ from dsv4kit.formats.mxfp4 import MXFP4_BLOCK, pack_nibbles, q4_quantize, scale_
 from dsv4kit.formats.rope import ROPE_DIM, rope_rotate
 
 __all__ = [
+    "ARGS",
     "INDEXER_HEAD_DIM",
     "INDEXER_NUM_HEADS",
     "DEFAULT_SOFTMAX_SCALE",
@@ -39,6 +41,19 @@ INDEXER_NUM_HEADS = 64
 DEFAULT_SOFTMAX_SCALE = 128**-0.5
 DEFAULT_HEAD_SCALE = 64**-0.5
 
+#: The op's argument table (spec K1/K2).
+ARGS = (
+    Arg("positions", "tensor", (torch.int64,), "[T]", "contiguous; debug: 0 <= p < max_pos"),
+    Arg("index_q", "tensor", (torch.bfloat16,), "[T, 64, 128]", "contiguous, data_ptr % 16 == 0"),
+    Arg("cos_sin_cache", "tensor", (torch.float32, torch.bfloat16), "[max_pos, 64]",
+        "contiguous; [cos (32) | sin (32)] per row; fp32 as built, bf16 after a model-dtype cast (trap 1)"),
+    Arg("index_weights", "tensor", (torch.bfloat16,), "[T, 64]", "contiguous"),
+    Arg("cache_format", "str", choices=("fp8", "mxfp4"), default="fp8", keyword_only=True,
+        rule="the indexer cache format: K1 (fp8) or K2 (mxfp4)"),
+    Arg("softmax_scale", "float", default=DEFAULT_SOFTMAX_SCALE, keyword_only=True, rule="fl(value) is used"),
+    Arg("head_scale", "float", default=DEFAULT_HEAD_SCALE, keyword_only=True, rule="fl(value) is used"),
+)
+
 
 def check_indexer_q_inputs(
     kernel: str,
@@ -46,10 +61,15 @@ def check_indexer_q_inputs(
     index_q: torch.Tensor,
     cos_sin_cache: torch.Tensor,
     index_weights: torch.Tensor,
+    softmax_scale: float = DEFAULT_SOFTMAX_SCALE,
+    head_scale: float = DEFAULT_HEAD_SCALE,
     *,
     debug_checks: bool = True,
 ) -> int:
     """K1/K2 "Edge cases & bad inputs" checks; returns T. Debug: ``0 <= positions < max_pos``."""
+    check_args(kernel, ARGS, {"positions": positions, "index_q": index_q, "cos_sin_cache": cos_sin_cache,
+                              "index_weights": index_weights, "softmax_scale": softmax_scale,
+                              "head_scale": head_scale})
     check_dtype(kernel, "index_q", index_q, torch.bfloat16)
     check_ndim(kernel, "index_q", index_q, 3)
     t = index_q.shape[0]
@@ -133,7 +153,8 @@ def indexer_q_fp8_reference(
     +-0"; the formulas are what D2 bit-exactness is checked against.
     """
     kernel = "indexer_q_fp8"
-    t = check_indexer_q_inputs(kernel, positions, index_q, cos_sin_cache, index_weights)
+    t = check_indexer_q_inputs(kernel, positions, index_q, cos_sin_cache, index_weights, softmax_scale,
+                               head_scale)
     if t == 0:
         return indexer_q_outputs("fp8", 0, index_q.device)
     y = indexer_q_rope_bf16(positions, index_q, cos_sin_cache)
@@ -158,7 +179,8 @@ def indexer_q_mxfp4_reference(
     Weights are not multiplied by the q scales: ``weights_out = fl(fl(w * ss) * hs)``.
     """
     kernel = "indexer_q_mxfp4"
-    t = check_indexer_q_inputs(kernel, positions, index_q, cos_sin_cache, index_weights)
+    t = check_indexer_q_inputs(kernel, positions, index_q, cos_sin_cache, index_weights, softmax_scale,
+                               head_scale)
     if INDEXER_HEAD_DIM % MXFP4_BLOCK != 0:  # pragma: no cover - v1 fixes head_dim = 128
         raise input_error(kernel, "index_q", "head_dim % 32 == 0", INDEXER_HEAD_DIM)
     if t == 0:

@@ -20,10 +20,9 @@ import torch
 from cutlass import Float32, Int32
 
 from dsv4kit.backends.cutedsl import CuTeDSLJitKernel, fake_stream, fake_tensor, sym
-from dsv4kit.errors import input_error
 from dsv4kit.kernels.cute_numerics import mul_rn
-from dsv4kit.kernels.rowquant.common import RowQuantBase
 from dsv4kit.kernels.rowquant.reference import BLOCK
+from dsv4kit.kernels.rowquant.spec import RowQuantBase
 
 __all__ = ["RowQuantCuTeDSL"]
 
@@ -101,9 +100,6 @@ class RowQuantCuTeDSL(RowQuantBase, CuTeDSLJitKernel["RowQuantBase.CompileKey"])
         s = fake_tensor(Float32, (m, n // BLOCK))
         return x, q, s, fake_stream(self.tvm_ffi), key.rows_per_program
 
-    def check_device(self, x: torch.Tensor) -> None:
-        if x.device.type != "cuda":
-            raise input_error(self.name, "x", "a cuda tensor (CuTeDSL kernels run only on a GPU)", x.device)
 
     def launch_args(self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> tuple[Any, ...]:
         return (x, q, scale)

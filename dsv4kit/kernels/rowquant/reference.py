@@ -14,21 +14,30 @@ from __future__ import annotations
 import torch
 
 from dsv4kit.errors import input_error
+from dsv4kit.family.schema import Arg, check_args
 from dsv4kit.formats.bits import pow2
-from dsv4kit.formats.checks import check_dtype, check_ndim
+from dsv4kit.formats.checks import check_ndim
 from dsv4kit.formats.fp8 import q8_quantize
 
-__all__ = ["BLOCK", "rowquant_reference"]
+__all__ = ["ARGS", "BLOCK", "check_rowquant_inputs", "rowquant_reference"]
 
 BLOCK = 128
 
 
+#: The op's argument table.
+ARGS = (Arg("x", "tensor", (torch.bfloat16,), "[M, N]", "N a positive multiple of 128; rows may be strided"),)
+
+
+def check_rowquant_inputs(kernel: str, x: torch.Tensor) -> None:
+    """The checks the reference and every backend share."""
+    check_args(kernel, ARGS, {"x": x})
+    check_ndim(kernel, "x", x, 2)
+    if x.shape[1] == 0 or x.shape[1] % BLOCK:
+        raise input_error(kernel, "x", f"last dim a positive multiple of {BLOCK}", f"shape {tuple(x.shape)}")
+
+
 def rowquant_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``x`` bf16 ``[M, N]`` -> ``(q float8_e4m3fn [M, N], scale float32 [M, N // 128])``."""
-    name = "rowquant_reference"
-    check_dtype(name, "x", x, torch.bfloat16)
-    check_ndim(name, "x", x, 2)
-    if x.shape[1] == 0 or x.shape[1] % BLOCK:
-        raise input_error(name, "x", f"last dim a positive multiple of {BLOCK}", f"shape {tuple(x.shape)}")
+    check_rowquant_inputs("rowquant_reference", x)
     codes, e = q8_quantize(x, BLOCK)
     return codes.view(torch.float8_e4m3fn), pow2(e)

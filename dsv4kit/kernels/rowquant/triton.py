@@ -17,9 +17,8 @@ import triton
 import triton.language as tl
 
 from dsv4kit.backends.triton import Const, FromKey, IntClass, Ptr, Runtime, TritonJitKernel
-from dsv4kit.errors import input_error
-from dsv4kit.kernels.rowquant.common import RowQuantBase
 from dsv4kit.kernels.rowquant.reference import BLOCK
+from dsv4kit.kernels.rowquant.spec import RowQuantBase
 
 __all__ = ["RowQuantTriton"]
 
@@ -89,11 +88,6 @@ class RowQuantTriton(RowQuantBase, TritonJitKernel["RowQuantBase.CompileKey"]):
     def grid(self, key: RowQuantBase.CompileKey, args: Mapping[str, Any]) -> tuple[int, ...]:
         return (triton.cdiv(args["n_rows"], key.rows_per_program), key.n_cols // BLOCK)
 
-    def check_device(self, x: torch.Tensor) -> None:
-        want = "cuda" if self.platform.is_cuda else "cpu"
-        if x.device.type != want:
-            where = "Triton on the GPU" if want == "cuda" else "the Triton interpreter (no CUDA here)"
-            raise input_error(self.name, "x", f"a {want} tensor ({where})", x.device)
 
     def launch_args(self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> tuple[Any, ...]:
         return (x, q, scale, x.shape[0], x.stride(0))

@@ -1,5 +1,13 @@
-"""K4: save_partial_states (compressor state cache writes)."""
+"""K4: save_partial_states (the compressor state cache writes of every token).
+
+``SPEC`` is the family (op, kernels per backend, warmup, model hooks); the op is
+``dsv4kit.ops.save_partial_states``.
+"""
 
 from dsv4kit.kernels.save_partial_states.reference import save_partial_states_reference
+from dsv4kit.kernels.save_partial_states.spec import FLASH_STATES, SPEC, SavePartialStatesConfig
 
-__all__ = ["save_partial_states_reference"]
+save_partial_states = SPEC.op
+
+__all__ = ["FLASH_STATES", "SPEC", "SavePartialStatesConfig", "save_partial_states",
+           "save_partial_states_reference"]

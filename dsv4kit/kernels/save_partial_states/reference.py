@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from dsv4kit.errors import input_error
+from dsv4kit.family.schema import Arg, check_args
 from dsv4kit.formats.checks import (
     check_dtype,
     check_ndim,
@@ -15,9 +16,24 @@ from dsv4kit.formats.checks import (
 )
 from dsv4kit.formats.state_cache import check_state_cache
 
-__all__ = ["check_save_partial_states_inputs", "save_partial_states_reference"]
+__all__ = ["ARGS", "check_save_partial_states_inputs", "save_partial_states_reference"]
 
 KERNEL = "save_partial_states"
+
+#: The op's argument table (spec K4).
+ARGS = (
+    Arg("kv", "tensor", (torch.float32,), "[>=T, SW]", "stride(1) == 1 (usually kv_score[:, :SW])"),
+    Arg("score", "tensor", (torch.float32,), "[>=T, SW]", "stride(1) == 1 (usually kv_score[:, SW:])"),
+    Arg("ape", "tensor", (torch.float32,), "[R, SW]", "stride(1) == 1; row positions[t] % R is added"),
+    Arg("positions", "tensor", (torch.int64,), "[>=T]", "contiguous; debug: >= 0"),
+    Arg("state_cache", "tensor", (torch.float32,), "[nsb, sbs, 2*SW]",
+        "strides (>= sbs*2*SW, 2*SW, 1), data_ptr % 16 == 0 (§2.8)"),
+    Arg("slot_mapping", "tensor", (torch.int64,), "[T]", "state slots, -1 = padding; defines T; "
+        "debug: unique, < nsb*sbs"),
+    Arg("state_block_size", "int", rule="== state_cache.shape[1]"),
+    Arg("state_width", "int", rule="SW; == kv.shape[1] == state_cache.shape[2] / 2"),
+    Arg("compress_ratio", "int", choices=(4, 128), rule="R; == ape.shape[0]"),
+)
 
 
 def _check_width_rows(kernel: str, arg: str, t: torch.Tensor, width: int, rows: int | None) -> None:
@@ -46,6 +62,10 @@ def check_save_partial_states_inputs(
     debug_checks: bool = True,
 ) -> int:
     """K4 "Edge cases & bad inputs" checks; returns T (= ``len(slot_mapping)``)."""
+    check_args(kernel, ARGS, {"kv": kv, "score": score, "ape": ape, "positions": positions,
+                              "state_cache": state_cache, "slot_mapping": slot_mapping,
+                              "state_block_size": state_block_size, "state_width": state_width,
+                              "compress_ratio": compress_ratio})
     if compress_ratio not in (4, 128) or isinstance(compress_ratio, bool):
         raise input_error(kernel, "compress_ratio", "4 or 128", compress_ratio)
     if isinstance(state_width, bool) or not isinstance(state_width, int) or state_width <= 0:

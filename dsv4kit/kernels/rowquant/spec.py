@@ -1,4 +1,8 @@
-"""What every rowquant backend shares: the CompileKey, dispatch, warmup keys and input checks."""
+"""rowquant (the backends example): the contract every backend shares and the family spec.
+
+rowquant is not part of a DSv4 layer, so its spec has no model hooks; everything else (the op,
+the kernel per backend, warmup registration) comes from the spec like every family's.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +13,11 @@ import torch
 
 from dsv4kit.backends.triton import int_class
 from dsv4kit.errors import input_error
-from dsv4kit.formats.checks import check_dtype, check_ndim
+from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, Variant
 from dsv4kit.jit import Immediate, JitKernel, WarmupIntRange, kernel_launcher, zip_inputs
-from dsv4kit.kernels.rowquant.reference import BLOCK
+from dsv4kit.kernels.rowquant.reference import ARGS, BLOCK, check_rowquant_inputs, rowquant_reference
 
-__all__ = ["COARSEN_AT", "RowQuantBase", "RowQuantConfig"]
+__all__ = ["COARSEN_AT", "SPEC", "RowQuantBase", "RowQuantConfig"]
 
 #: From this many rows on, a program handles 4 rows instead of 1 (a launch-shape switch in the key).
 COARSEN_AT = 512
@@ -54,26 +58,21 @@ class RowQuantBase(JitKernel["RowQuantBase.CompileKey"]):
                           num_rows=WarmupIntRange(1, cfg.max_tokens + 1))
 
     # ------------------------------------------------------------------ per backend
-    def check_device(self, x: torch.Tensor) -> None:
-        """Backend-specific device rule (spec §2.10)."""
-        raise NotImplementedError
-
     def launch_args(self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> tuple[Any, ...]:
         """The executor's arguments for one call (``q`` as uint8 bytes)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ the call
     @kernel_launcher
-    def __call__(self, x: torch.Tensor) -> Any:
-        """``x`` bf16 ``[M, N]`` (rows may be strided) -> ``(q e4m3fn [M, N], scale fp32 [M, N/128])``."""
+    def __call__(self, x: torch.Tensor, *, debug_checks: bool | None = None) -> Any:
+        """``x`` bf16 ``[M, N]`` (rows may be strided) -> ``(q e4m3fn [M, N], scale fp32 [M, N/128])``.
+
+        ``debug_checks`` is accepted like every op's; rowquant reads no indices, so it has none.
+        """
         name = self.name
-        check_dtype(name, "x", x, torch.bfloat16)
-        check_ndim(name, "x", x, 2)
+        check_rowquant_inputs(name, x)
         m, n = x.shape
-        if n == 0 or n % BLOCK:
-            raise input_error(name, "x", f"last dim a positive multiple of {BLOCK}",
-                              f"shape {tuple(x.shape)}")
-        self.check_device(x)
+        self.check_device("x", x)
         q = torch.empty((m, n), dtype=torch.float8_e4m3fn, device=x.device)
         scale = torch.empty((m, n // BLOCK), dtype=torch.float32, device=x.device)
         if m == 0:
@@ -91,3 +90,15 @@ class RowQuantBase(JitKernel["RowQuantBase.CompileKey"]):
             raise input_error(name, "x", "fewer than 2**31 elements spanned", f"shape {tuple(x.shape)}")
         key = self.dispatch(n, x.stride(0), m)
         return key, self.launch_args(x, q.view(torch.uint8), scale), (q, scale)
+
+
+SPEC = FamilySpec(
+    name="rowquant", spec_id="example",
+    summary="per-row UE8M0 FP8 quantization of a bf16 matrix (the backends example kernel)",
+    op_name="rowquant",
+    args=ARGS,
+    contract=RowQuantBase,
+    variants={DEFAULT_VARIANT: Variant(rowquant_reference, "RowQuantTriton", "RowQuantCuTeDSL")},
+    returns="(q float8_e4m3fn [M, N], scale float32 [M, N // 128])",
+    config_type=RowQuantConfig,
+)

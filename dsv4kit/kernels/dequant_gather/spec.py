@@ -1,4 +1,5 @@
-"""What every K3 backend shares: the CompileKey, dispatch, warmup keys and the input checks.
+"""K3 dequant-gather: the contract every backend shares (CompileKey, dispatch, warmup keys, the
+call) and the family spec with its place in a DSv4 layer (the sparse-MLA prefill path).
 
 K3 (spec §3) keys on ``(block_size, has_gather_lens)`` only: the page stride, the offset, the
 request count and every length are runtime values. A backend subclass adds the kernel, its
@@ -14,23 +15,30 @@ from typing import Any
 import torch
 
 from dsv4kit.errors import input_error
-from dsv4kit.formats.checks import check_tensor, check_values_in_range
-from dsv4kit.formats.ds_mla import DS_ENTRY_BYTES
+from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, ModelHooks, Site, TensorSpec, Variant
+from dsv4kit.family.calls import LAUNCH_POOL_PAGES
+from dsv4kit.formats.cache_dtypes import normalize_cache_dtype
+from dsv4kit.formats.checks import check_values_in_range
+from dsv4kit.formats.ds_mla import DS_ENTRY_BYTES, allocate_ds_cache, ds_min_page_stride
 from dsv4kit.jit import Immediate, JitKernel, Like, kernel_launcher, zip_inputs
-from dsv4kit.kernels.dequant_gather.reference import KERNEL, check_dequant_gather_inputs
+from dsv4kit.kernels.dequant_gather.reference import (
+    ARGS,
+    KERNEL,
+    check_dequant_gather_inputs,
+    dequantize_and_gather_k_cache_reference,
+)
 
 __all__ = [
-    "CACHE_DTYPES",
+    "SPEC",
     "DequantGatherBase",
     "DequantGatherConfig",
     "MAX_GRID_Y",
     "check_dequant_gather_values",
     "config_fields",
+    "get_warmup_keys",
     "warmup_block_sizes",
 ]
 
-#: KV cache dtype strings of spec §2.11 (trap 3); K3 exists only for ``fp8_ds_mla``.
-CACHE_DTYPES = ("fp8_ds_mla", "fp8", "fp8_e4m3", "bfloat16", "bf16", "auto")
 #: Requests go on the grid's y dimension (CUDA limit 65 535).
 MAX_GRID_Y = 65_535
 _I32 = 2**31
@@ -50,6 +58,12 @@ class DequantGatherConfig:
     compress_ratios: tuple[int, ...] = (4, 128)
     cache_dtype: str = "fp8_ds_mla"
 
+    @classmethod
+    def for_layer(cls, config: Any, ratio: int) -> DequantGatherConfig:
+        """The config of one layer of compress ``ratio`` (0 or 1: sliding-window only) of ``config``."""
+        b, _, dtype = config_fields(config)
+        return cls(b, (ratio,) if ratio > 1 else (), dtype)
+
 
 def config_fields(config: Any) -> tuple[int, tuple[int, ...], str]:
     """``(B, sorted ratios > 1, cache_dtype)`` of a config (None: DSv4-Flash defaults)."""
@@ -61,9 +75,7 @@ def config_fields(config: Any) -> tuple[int, tuple[int, ...], str]:
     ratios = getattr(cfg, "compress_ratios", None)
     if not isinstance(ratios, Iterable) or not all(isinstance(r, int) and r >= 0 for r in ratios):
         raise input_error(where, "compress_ratios", "ints >= 0 (0: sliding-window only)", repr(ratios))
-    dtype = getattr(cfg, "cache_dtype", "fp8_ds_mla")
-    if dtype not in CACHE_DTYPES:
-        raise input_error(where, "cache_dtype", f"one of {', '.join(CACHE_DTYPES)}", repr(dtype))
+    dtype = normalize_cache_dtype(getattr(cfg, "cache_dtype", "fp8_ds_mla"), where)
     return b, tuple(sorted({r for r in ratios if r > 1})), dtype
 
 
@@ -124,11 +136,7 @@ class DequantGatherBase(JitKernel["DequantGatherBase.CompileKey"]):
 
     def get_warmup_keys(self, config: Any = None) -> list[CompileKey]:
         """Spec K3: ``[(B, True)] + [(max(1, B // R), False) for R in sorted ratios > 1]``."""
-        return self.layer_warmup_keys(config)
-
-    def layer_warmup_keys(self, config: Any = None, ratio: int | None = None) -> list[CompileKey]:
-        """The keys one layer of compress ratio ``ratio`` needs (all layers when None)."""
-        pairs = warmup_block_sizes(config, ratio)
+        pairs = warmup_block_sizes(config)
         if not pairs:
             return []
         rows = [dict(k_cache=Like(shape=(1, bs, DS_ENTRY_BYTES)), gather_lens=Like(shape=(1,)) if g else None)
@@ -136,14 +144,6 @@ class DequantGatherBase(JitKernel["DequantGatherBase.CompileKey"]):
         return list(dict.fromkeys(self.trace(zip_inputs(*rows))))
 
     # ------------------------------------------------------------------ per backend
-    def check_device(self, k_cache: torch.Tensor) -> None:
-        """Backend-specific device rule (spec §2.10): raise if the tensors cannot run here."""
-        raise NotImplementedError
-
-    def default_debug_checks(self) -> bool:
-        """Whether value checks run when the caller does not say (backend-specific)."""
-        return False
-
     def launch_args(
         self,
         key: CompileKey,
@@ -176,15 +176,10 @@ class DequantGatherBase(JitKernel["DequantGatherBase.CompileKey"]):
         Metadata checks always run (host only); with ``debug_checks`` the value checks of spec
         K3 run too (device reads). Nothing is launched before every check passed.
         """
-        tensors = {"out": out, "k_cache": k_cache, "seq_lens": seq_lens, "gather_lens": gather_lens,
-                   "block_table": block_table}
-        for arg, t in tensors.items():
-            if t is not None or arg != "gather_lens":
-                check_tensor(KERNEL, arg, t)
         nreq = check_dequant_gather_inputs(
             out, k_cache, seq_lens, gather_lens, block_table, block_size, offset, debug_checks=False
         )
-        self.check_device(k_cache)
+        self.check_device("k_cache", k_cache)
         if k_cache.shape[1] < 1:
             raise input_error(KERNEL, "k_cache", "shape[1] (block size) >= 1",
                               f"shape {tuple(k_cache.shape)}")
@@ -197,9 +192,101 @@ class DequantGatherBase(JitKernel["DequantGatherBase.CompileKey"]):
             raise input_error(KERNEL, "offset", f"an int < {_I32}", offset)
         if block_table.stride(0) >= _I32:
             raise input_error(KERNEL, "block_table", f"stride(0) < {_I32}", f"strides {block_table.stride()}")
-        if self.default_debug_checks() if debug_checks is None else debug_checks:
+        # Under the interpreter a bad page id would read arbitrary host memory (a crash, not a
+        # wrong answer), and value checks cost little there; on the GPU they are opt-in.
+        if (not self.platform.is_cuda) if debug_checks is None else debug_checks:
             check_dequant_gather_values(out, k_cache, seq_lens, gather_lens, block_table, offset)
         if nreq == 0 or offset >= rows:
             return Immediate(out)  # nothing to write (offset == M leaves room for G == 0 only)
         key = self.dispatch(k_cache, gather_lens)
         return key, self.launch_args(key, out, k_cache, seq_lens, gather_lens, block_table, offset), out
+
+
+def get_warmup_keys(config: Any = None, *, ratio: int | None = None) -> list[DequantGatherBase.CompileKey]:
+    """Spec K3 warmup keys of a config (a :class:`DequantGatherConfig`, a ModelPreset, ...).
+
+    DSv4-Flash (B = 256, ratios {4, 128}): ``(256, True), (64, False), (2, False)``; B = 0 or a
+    cache dtype other than fp8_ds_mla: none. With ``ratio``: the keys of one such layer.
+    """
+    return [DequantGatherBase.CompileKey(bs, g) for bs, g in warmup_block_sizes(config, ratio)]
+
+
+# --------------------------------------------------------------------------- the model's view
+
+
+def _unused(stack: Any) -> str | None:
+    if stack.kv_cache_dtype == "fp8_ds_mla" and stack.block_size > 0:
+        return None
+    why = "B = 0 (no paged cache)" if stack.block_size == 0 else f"the KV cache is {stack.cache_dtype}"
+    return f"K3 not used by this runtime: {why}; K3 is the fp8_ds_mla sparse-MLA prefill path"
+
+
+def _config(stack: Any, layer: Any) -> DequantGatherConfig | None:
+    """Every layer of an fp8_ds_mla paged runtime: its window (B), and its compressed entries."""
+    if _unused(stack) is not None:
+        return None  # dense (plain-row) path, or no paged cache
+    return DequantGatherConfig.for_layer(DequantGatherConfig(stack.block_size, (), stack.kv_cache_dtype),
+                                         layer.compress_ratio)
+
+
+def _ds_cache(bs: int) -> TensorSpec:
+    stride = ds_min_page_stride(bs)
+    return TensorSpec((LAUNCH_POOL_PAGES, bs, DS_ENTRY_BYTES), torch.uint8, (stride, DS_ENTRY_BYTES, 1),
+                      pool=f"ds_cache:{bs}",
+                      make=lambda device: allocate_ds_cache(LAUNCH_POOL_PAGES, bs, device=device))
+
+
+def _lens(values: list[int]) -> TensorSpec:
+    return TensorSpec((len(values),), torch.int32, values=lambda: torch.tensor(values, dtype=torch.int32))
+
+
+def _block_table(nreq: int, blocks: int) -> TensorSpec:
+    # Page ids alias a small pool: K3 only reads pages, so real layouts are not needed.
+    return TensorSpec((nreq, blocks), torch.int32, values=lambda: (
+        torch.arange(nreq * blocks, dtype=torch.int32) % LAUNCH_POOL_PAGES).view(nreq, blocks))
+
+
+def _call_sites(stack: Any, layer: Any, step: Any) -> list[Site]:
+    """Prefill steps only: the compressed entries (ratio R > 1) at offset 0, then the window."""
+    prefill = step.prefill_chunks
+    if not prefill:
+        return []  # K3 is the prefill path
+    b, r, window = stack.block_size, layer.compress_ratio, stack.preset.sliding_window
+    nreq = len(prefill)
+    seq_lens = [c.context_len + c.num_tokens for c in prefill]   # entries in the cache after the store
+    gather = [min(n, c.num_tokens + window - 1) for n, c in zip(seq_lens, prefill, strict=True)]
+    comp_lens = [n // r for n in seq_lens] if r > 1 else []
+    width = max(comp_lens, default=0)                           # N: the compressed region of a row
+    rows = width + max(gather)                                  # M = N + G_max > offset: always dispatched
+    out = TensorSpec((nreq, rows, stack.preset.head_dim), torch.bfloat16, pool="k3_workspace")
+    sites = []
+    if r > 1:
+        bs = max(1, b // r)
+        sites.append(Site(f"gather_compressed_c{r}", {
+            "out": out, "k_cache": _ds_cache(bs), "seq_lens": _lens(comp_lens), "gather_lens": None,
+            "block_table": _block_table(nreq, max(1, -(-width // bs))), "block_size": bs, "offset": 0}))
+    sites.append(Site("gather_window", {
+        "out": out, "k_cache": _ds_cache(b), "seq_lens": _lens(seq_lens), "gather_lens": _lens(gather),
+        "block_table": _block_table(nreq, -(-max(seq_lens) // b)), "block_size": b, "offset": width}))
+    return sites
+
+
+def _explain_dead(stack: Any, key: Any, stats: Any) -> str | None:
+    if stats.prefill_steps == 0:
+        return "no prefill in this trace: K3 gathers only on the sparse-MLA prefill path"
+    return None
+
+
+SPEC = FamilySpec(
+    name="dequant_gather", spec_id="K3",
+    summary="fp8_ds_mla -> bf16 gather for sparse-MLA prefill: window (B) and compressed (B // R) pages",
+    op_name="dequantize_and_gather_k_cache",
+    args=ARGS,
+    contract=DequantGatherBase,
+    variants={DEFAULT_VARIANT: Variant(dequantize_and_gather_k_cache_reference, "DequantGatherTriton",
+                                       "DequantGatherCuTeDSL")},
+    returns="out (bf16 [B_req, M, 512]); row offset + i of request b is entry L - G + i of its pages, "
+            "nothing else of out changes",
+    config_type=DequantGatherConfig,
+    model=ModelHooks(config=_config, call_sites=_call_sites, unused=_unused, explain_dead=_explain_dead),
+)

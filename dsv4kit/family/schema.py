@@ -1,0 +1,131 @@
+"""An op's argument table, declared once: it checks calls and documents the op.
+
+A family lists its public op's arguments as :class:`Arg` rows (name, kind, dtypes, shape,
+constraints: the spec's argument table). :func:`check_args` applies the per-argument part of
+spec §2.10 (a tensor where a tensor is expected, its dtype, a number where a number is
+expected, a string among its choices) and raises :class:`~dsv4kit.errors.KernelInputError`
+naming the argument; the reference and every backend run it through the family's input checks,
+and the op runs it before choosing a backend, so no bad type reaches ``float()`` or a launch.
+Relations between arguments (shapes, strides, lengths) stay in the family's own checks.
+"""
+
+from __future__ import annotations
+
+import inspect
+import numbers
+import operator
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from dsv4kit.errors import input_error
+from dsv4kit.formats.checks import check_dtype
+
+__all__ = ["REQUIRED", "Arg", "arg_table_markdown", "check_args"]
+
+REQUIRED = inspect.Parameter.empty
+
+Kind = Literal["tensor", "int", "float", "bool", "str"]
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of an op, as the spec's argument table gives it.
+
+    ``dtypes``: the allowed dtypes of a tensor. ``shape`` and ``rule``: the table's shape and
+    constraint columns (documentation; the family's checks enforce them). ``optional``: None
+    is accepted. ``choices``: the allowed values of a str/int argument. ``default``: REQUIRED,
+    or the op's default. ``keyword_only``: after ``*`` in the op's signature.
+    """
+
+    name: str
+    kind: Kind
+    dtypes: tuple[torch.dtype, ...] = ()
+    shape: str = ""
+    rule: str = ""
+    optional: bool = False
+    choices: tuple[Any, ...] = ()
+    default: Any = REQUIRED
+    keyword_only: bool = False
+
+    def expected(self) -> str:
+        """What the argument must be, in words (the ``expected`` part of an error)."""
+        if self.kind == "tensor":
+            what = "a torch.Tensor"
+            if self.dtypes:
+                what += " of dtype " + " or ".join(str(d).removeprefix("torch.") for d in self.dtypes)
+        elif self.choices:
+            what = "one of " + ", ".join(repr(c) for c in self.choices)
+        else:
+            what = {"int": "an int", "float": "a real number", "bool": "a bool", "str": "a str"}[self.kind]
+        return what + (" or None" if self.optional else "")
+
+    def check(self, op: str, value: Any) -> Any:
+        """``value`` if it fits this row (ints normalized through ``__index__``), else raise."""
+        if value is None and self.optional:
+            return None
+        if self.kind == "tensor":
+            if not isinstance(value, torch.Tensor):
+                raise input_error(op, self.name, self.expected(), _got(value))
+            if self.dtypes:
+                check_dtype(op, self.name, value, *self.dtypes)  # the message every dtype check gives
+            return value
+        value = _scalar(self.kind, value)
+        if value is None or (self.choices and value not in self.choices):
+            raise input_error(op, self.name, self.expected(), _got(value if value is not None else _RAW))
+        return value
+
+
+_RAW = object()
+
+
+def _got(value: Any) -> str:
+    if value is _RAW:
+        return "a value of another type"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, bool | int | float):
+        return repr(value)
+    return type(value).__name__
+
+
+def _scalar(kind: str, value: Any) -> Any:
+    """The Python scalar ``value`` stands for, or None when it is not one of ``kind``."""
+    if kind == "bool":
+        return value if isinstance(value, bool) else None
+    if isinstance(value, bool) or isinstance(value, torch.Tensor):
+        return None  # a bool is not a number here; a tensor would need a device read
+    if kind == "int":
+        try:
+            return operator.index(value)  # int, numpy integers
+        except TypeError:
+            return None
+    if kind == "float":
+        return float(value) if isinstance(value, numbers.Real) else None
+    return value if isinstance(value, str) else None
+
+
+def check_args(op: str, table: Sequence[Arg], values: Mapping[str, Any]) -> dict[str, Any]:
+    """Check each of ``values`` present in ``table``; returns them normalized (same names)."""
+    rows = {a.name: a for a in table}
+    out = dict(values)
+    for name, value in values.items():
+        row = rows.get(name)
+        if row is not None:
+            out[name] = row.check(op, value)
+    return out
+
+
+def arg_table_markdown(table: Sequence[Arg]) -> str:
+    """The argument table as markdown (the op's docs and the notebooks show this)."""
+    lines = ["| arg | kind | dtype | shape | constraints |", "|---|---|---|---|---|"]
+    for a in table:
+        dt = " or ".join(str(d).removeprefix("torch.") for d in a.dtypes) or "-"
+        kind = a.kind + (" or None" if a.optional else "")
+        rule = a.rule or (", ".join(repr(c) for c in a.choices) if a.choices else "")
+        if a.default is not REQUIRED:
+            rule = (rule + "; " if rule else "") + f"default {a.default!r}"
+        lines.append(f"| `{a.name}` | {kind} | {dt} | {a.shape or '-'} | {rule or '-'} |")
+    return "\n".join(lines)

@@ -1,0 +1,206 @@
+"""K1/K2 indexer-Q: the contract every backend shares (CompileKey, dispatch, warmup space, the
+call) and the family spec with its place in a DSv4 C4 layer.
+
+K1 (FP8 with the weight fold) and K2 (MXFP4) are separate kernels with separate key sets but
+one key *definition* (spec K1/K2): ``(head_dim, rope_dim, num_heads, cos_sin_dtype, coarsen)``.
+``coarsen`` (heads per program / thread group) switches from 1 to 4 at 512 tokens, so a
+warmup that only traces small batches misses the coarsen-4 keys (spec trap 2); the cos_sin
+dtype is warmed both ways because a module-wide cast turns the fp32 cache into bf16 (trap 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import torch
+
+from dsv4kit.errors import input_error
+from dsv4kit.family import FamilySpec, ModelHooks, Site, TensorSpec, Variant
+from dsv4kit.jit import Immediate, JitKernel, Like, WarmupChoices, WarmupIntRange, fixed, kernel_launcher
+from dsv4kit.kernels.indexer_q.reference import (
+    ARGS,
+    DEFAULT_HEAD_SCALE,
+    DEFAULT_SOFTMAX_SCALE,
+    INDEXER_HEAD_DIM,
+    INDEXER_NUM_HEADS,
+    check_indexer_q_inputs,
+    indexer_q_fp8_reference,
+    indexer_q_mxfp4_reference,
+    indexer_q_outputs,
+)
+
+__all__ = ["COARSEN_AT", "SPEC", "CacheFormat", "IndexerQBase", "IndexerQConfig"]
+
+#: From this many tokens on, a program handles 4 heads instead of 1 (spec K1 CompileKey).
+COARSEN_AT = 512
+
+CacheFormat = Literal["fp8", "mxfp4"]
+
+
+@dataclass(frozen=True)
+class IndexerQConfig:
+    """What the model tells the indexer-Q kernels at registration.
+
+    ``max_num_batched_tokens``: the largest T the runtime can pass (the trace covers 1..max).
+    ``cos_sin_dtypes``: the cache dtypes the runtime may hand over (both, by default: trap 1).
+    ``indexer_cache_dtype``: ``"fp8"`` registers K1 only, ``"mxfp4"`` K2 only.
+    """
+
+    max_num_batched_tokens: int = 8192
+    cos_sin_dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16)
+    indexer_cache_dtype: Literal["fp8", "mxfp4"] = "fp8"
+
+    def __post_init__(self) -> None:
+        if self.indexer_cache_dtype not in ("fp8", "mxfp4"):
+            raise input_error("IndexerQConfig", "indexer_cache_dtype", "'fp8' or 'mxfp4'",
+                              repr(self.indexer_cache_dtype))
+        if self.max_num_batched_tokens < 1:
+            raise input_error("IndexerQConfig", "max_num_batched_tokens", "a positive int",
+                              self.max_num_batched_tokens)
+
+
+class IndexerQBase(JitKernel["IndexerQBase.CompileKey"]):
+    """Contract half of K1/K2; a backend class adds the kernel, device rule and launch args."""
+
+    #: "fp8" (K1) or "mxfp4" (K2): the indexer cache format this kernel serves.
+    cache_format: ClassVar[CacheFormat]
+
+    @dataclass(frozen=True, kw_only=True)
+    class CompileKey:
+        head_dim: int = fixed(INDEXER_HEAD_DIM)
+        rope_dim: int = fixed(64)
+        num_heads: int = fixed(INDEXER_NUM_HEADS)
+        cos_sin_dtype: str
+        coarsen: int
+
+    def dispatch(self, index_q, cos_sin_cache):
+        return self.CompileKey(
+            head_dim=index_q.shape[2],
+            rope_dim=cos_sin_cache.shape[1],
+            num_heads=index_q.shape[1],
+            cos_sin_dtype=str(cos_sin_cache.dtype).removeprefix("torch."),
+            coarsen=1 if index_q.shape[0] < COARSEN_AT else 4,
+        )
+
+    def get_warmup_keys(self, config: IndexerQConfig | None = None) -> list[CompileKey]:
+        cfg = config or IndexerQConfig()
+        if cfg.indexer_cache_dtype != self.cache_format:
+            return []
+        tokens = WarmupIntRange(1, cfg.max_num_batched_tokens + 1)
+        keys = self.trace(
+            index_q=Like(shape=(tokens, INDEXER_NUM_HEADS, INDEXER_HEAD_DIM)),
+            cos_sin_cache=Like(shape=(1, 64), dtype=WarmupChoices(*cfg.cos_sin_dtypes)),
+        )
+        # The spec table's order: per cos_sin dtype (as configured), coarsen 1 then 4.
+        order = [str(d).removeprefix("torch.") for d in cfg.cos_sin_dtypes]
+        return sorted(keys, key=lambda k: (order.index(k.cos_sin_dtype), k.coarsen))
+
+    # ------------------------------------------------------------------ per backend
+    def outputs(self, t: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """Fresh outputs of the variant (what the op returns)."""
+        return indexer_q_outputs(self.cache_format, t, device)
+
+    def launch_args(self, positions: torch.Tensor, index_q: torch.Tensor, cos_sin_cache: torch.Tensor,
+                    index_weights: torch.Tensor, outs: tuple[torch.Tensor, ...], ss: float,
+                    hs: float) -> tuple[Any, ...]:
+        """The executor's arguments for one call."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the call
+    @kernel_launcher
+    def __call__(
+        self,
+        positions: torch.Tensor,
+        index_q: torch.Tensor,
+        cos_sin_cache: torch.Tensor,
+        index_weights: torch.Tensor,
+        softmax_scale: float = DEFAULT_SOFTMAX_SCALE,
+        head_scale: float = DEFAULT_HEAD_SCALE,
+        debug_checks: bool | None = None,
+    ) -> Any:
+        """K1: ``(q_fp8, weights_out)``; K2: ``(q_packed, q_scale, weights_out)`` (spec K1/K2).
+
+        ``debug_checks`` (reads positions back: ``0 <= p < max_pos``) defaults to on under the
+        CPU interpreter, where an out-of-range position would read outside the cache.
+        """
+        debug = (not self.platform.is_cuda) if debug_checks is None else debug_checks
+        t = check_indexer_q_inputs(self.name, positions, index_q, cos_sin_cache, index_weights,
+                                   softmax_scale, head_scale, debug_checks=False)
+        self.check_device("index_q", index_q)
+        if debug:
+            check_indexer_q_inputs(self.name, positions, index_q, cos_sin_cache, index_weights,
+                                   softmax_scale, head_scale, debug_checks=True)
+        outs = self.outputs(t, index_q.device)
+        if t == 0:
+            return Immediate(outs)
+        key = self.dispatch(index_q, cos_sin_cache)
+        args = self.launch_args(positions, index_q, cos_sin_cache, index_weights, outs,
+                                float(softmax_scale), float(head_scale))
+        return key, args, outs
+
+
+# --------------------------------------------------------------------------- the model's view
+#: dtype names of the RoPE cos/sin cache a runtime may hold (fp32 as built, bf16 after a cast).
+_ROPE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def _config(stack: Any, layer: Any) -> IndexerQConfig | None:
+    """C4 layers only (they have the indexer); every step, all T tokens."""
+    if layer.compress_ratio != 4:
+        return None
+    return IndexerQConfig(max_num_batched_tokens=stack.max_num_batched_tokens,
+                          cos_sin_dtypes=tuple(_ROPE_DTYPES[d] for d in stack.warmup_cos_sin_dtypes),
+                          indexer_cache_dtype=stack.indexer_cache_dtype)
+
+
+def _call_sites(stack: Any, layer: Any, step: Any) -> list[Site]:
+    t, p = step.padded_tokens, stack.preset
+    return [Site("indexer_q", {
+        "positions": TensorSpec((t,), torch.int64, values=step.positions),
+        "index_q": TensorSpec((t, p.index_n_heads, p.index_head_dim), torch.bfloat16, pool="index_q"),
+        "cos_sin_cache": TensorSpec((p.compress_rope.max_pos, p.compress_rope.rope_dim),
+                                    _ROPE_DTYPES[stack.rope_cache_dtype],
+                                    pool=f"cos_sin:{stack.rope_cache_dtype}"),
+        "index_weights": TensorSpec((t, p.index_n_heads), torch.bfloat16, pool="index_weights"),
+        "cache_format": stack.indexer_cache_dtype,
+        "softmax_scale": p.indexer_softmax_scale,
+        "head_scale": p.indexer_head_scale,
+    })]
+
+
+def _explain_dead(stack: Any, key: Any, stats: Any) -> str | None:
+    if key.cos_sin_dtype != stack.rope_cache_dtype:
+        return (f"cos_sin {key.cos_sin_dtype} never requested: this runtime's RoPE cache is "
+                f"{stack.rope_cache_dtype} (the other dtype is warmed for a model-dtype cast, trap 1)")
+    if not stats.tokens:
+        return "no step in this trace"
+    if key.coarsen > 1 and max(stats.tokens) < COARSEN_AT:
+        return (f"coarsen-{key.coarsen} never requested by this trace (largest batch "
+                f"{max(stats.tokens)} tokens < {COARSEN_AT})")
+    if key.coarsen == 1 and min(stats.tokens) >= COARSEN_AT:
+        return (f"coarsen-1 never requested by this trace (smallest batch {min(stats.tokens)} tokens "
+                f">= {COARSEN_AT})")
+    return None
+
+
+SPEC = FamilySpec(
+    name="indexer_q", spec_id="K1/K2",
+    summary="indexer-Q RoPE + FP8 (K1) or MXFP4 (K2) quant; C4 layers, every step, all T tokens",
+    op_name="indexer_q_rope_quant",
+    args=ARGS,
+    contract=IndexerQBase,
+    variants={"fp8": Variant(indexer_q_fp8_reference, "IndexerQFp8Triton", "IndexerQFp8CuTeDSL"),
+              "mxfp4": Variant(indexer_q_mxfp4_reference, "IndexerQMxfp4Triton", "IndexerQMxfp4CuTeDSL")},
+    variant_arg="cache_format",
+    returns="K1 (fp8): (q_fp8 e4m3fn [T, 64, 128], weights_out fp32 [T, 64]) with the q scale folded into "
+            "the weights; K2 (mxfp4): (q_packed uint8 [T, 64, 64], q_scale int32 [T, 64], weights_out fp32 "
+            "[T, 64])",
+    config_type=IndexerQConfig,
+    model=ModelHooks(
+        config=_config, call_sites=_call_sites,
+        variant=lambda stack: stack.indexer_cache_dtype,
+        variant_reason=lambda stack: f"this runtime's indexer cache is {stack.indexer_cache_dtype}",
+        explain_dead=_explain_dead,
+    ),
+)

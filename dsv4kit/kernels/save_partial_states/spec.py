@@ -1,0 +1,176 @@
+"""K4 save_partial_states: the contract every backend shares, and the family spec.
+
+K4 (spec §3 K4) keys on ``(state_width, compress_ratio, state_block_size)`` only: every
+stride (kv/score row strides, the state cache's block stride), T and the number of state
+blocks are runtime values, so kv/score passed as column slices of one ``kv_score`` buffer or
+as separate tensors, and pooled state caches, all hit the same warmed key (the deployed key
+carried the strides and missed both). A backend subclass adds the kernel and its arguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, ModelHooks, Site, TensorSpec, Variant
+from dsv4kit.formats.state_cache import allocate_state_cache
+from dsv4kit.jit import Immediate, JitKernel, kernel_launcher, zip_inputs
+from dsv4kit.kernels.save_partial_states.reference import (
+    ARGS,
+    check_save_partial_states_inputs,
+    save_partial_states_reference,
+)
+
+__all__ = ["FLASH_STATES", "SPEC", "SavePartialStatesBase", "SavePartialStatesConfig"]
+
+#: (state_width, compress_ratio, state_block_size) of DSv4-Flash: main C4, main C128, indexer (trap 7).
+FLASH_STATES: tuple[tuple[int, int, int], ...] = ((1024, 4, 4), (512, 128, 8), (256, 4, 4))
+
+
+@dataclass(frozen=True)
+class SavePartialStatesConfig:
+    """The state caches a model writes: one ``(state_width, compress_ratio, state_block_size)`` each."""
+
+    states: tuple[tuple[int, int, int], ...] = FLASH_STATES
+
+
+def _none(_: Any) -> None:
+    return None
+
+
+class SavePartialStatesBase(JitKernel["SavePartialStatesBase.CompileKey"]):
+    """Contract half of K4; a backend class adds the kernel and :meth:`launch_args`."""
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        #: SW: kv and score width; a state row is ``2 * SW`` fp32.
+        state_width: int
+        #: R (4 or 128): ``ape`` has R rows, indexed by ``position % R``.
+        compress_ratio: int
+        #: Rows per state block (``state_cache.shape[1]``): 4 for C4, 8 for C128.
+        state_block_size: int
+
+    def dispatch(self, state_width, compress_ratio, state_block_size):
+        return self.CompileKey(state_width=state_width, compress_ratio=compress_ratio,
+                               state_block_size=state_block_size)
+
+    def get_warmup_keys(self, config: SavePartialStatesConfig | None = None) -> list[CompileKey]:
+        cfg = config or SavePartialStatesConfig()
+        if not cfg.states:
+            return []
+        rows = [dict(state_width=sw, compress_ratio=r, state_block_size=sbs) for sw, r, sbs in cfg.states]
+        return list(dict.fromkeys(self.trace(zip_inputs(*rows))))
+
+    # ------------------------------------------------------------------ per backend
+    def launch_args(self, kv: torch.Tensor, score: torch.Tensor, ape: torch.Tensor, positions: torch.Tensor,
+                    state_cache: torch.Tensor, slot_mapping: torch.Tensor, t: int) -> tuple[Any, ...]:
+        """The executor's arguments for one call of ``t`` tokens."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the call
+    @kernel_launcher
+    def __call__(
+        self,
+        kv: torch.Tensor,
+        score: torch.Tensor,
+        ape: torch.Tensor,
+        positions: torch.Tensor,
+        state_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        state_block_size: int,
+        state_width: int,
+        compress_ratio: int,
+        *,
+        debug_checks: bool | None = None,
+    ) -> Any:
+        """Write the state rows of every token with a slot >= 0 (spec K4); returns None.
+
+        Metadata checks always run (host only). ``debug_checks`` (default: on under the CPU
+        interpreter, where an out-of-range slot would write outside the cache, off on the GPU)
+        also reads slots and positions back: slots unique and in range, positions >= 0.
+        """
+        debug = (not self.platform.is_cuda) if debug_checks is None else debug_checks
+        t = check_save_partial_states_inputs(kv, score, ape, positions, state_cache, slot_mapping,
+                                             state_block_size, state_width, compress_ratio,
+                                             kernel=self.name, debug_checks=False)
+        self.check_device("state_cache", state_cache)
+        if debug:
+            check_save_partial_states_inputs(kv, score, ape, positions, state_cache, slot_mapping,
+                                             state_block_size, state_width, compress_ratio,
+                                             kernel=self.name, debug_checks=True)
+        if t == 0:
+            return Immediate(None)
+        key = self.dispatch(state_width, compress_ratio, state_block_size)
+        # The op writes in place: whatever the executor returns, the call returns None.
+        return key, self.launch_args(kv, score, ape, positions, state_cache, slot_mapping, t), None, _none
+
+
+# --------------------------------------------------------------------------- the model's view
+
+
+def _compressors(stack: Any, layer: Any) -> tuple[tuple[str, Any], ...]:
+    """(call site, compressor preset) of each state cache the layer writes: C4 layers write the
+    main state and the indexer's (trap 7), C128 layers the main state, SWA layers none."""
+    p = stack.preset
+    return {4: (("save_main_state", p.c4), ("save_indexer_state", p.indexer)),
+            128: (("save_main_state", p.c128),)}.get(layer.compress_ratio, ())
+
+
+def _config(stack: Any, layer: Any) -> SavePartialStatesConfig | None:
+    comps = _compressors(stack, layer)
+    if not comps:
+        return None
+    return SavePartialStatesConfig(tuple((c.state_width, c.ratio, c.state_block_size) for _, c in comps))
+
+
+def _column(t: int, sw: int, half: int) -> TensorSpec:
+    # kv and score are the two column halves of the compressor's fp32 [T, 2 * SW] GEMM output.
+    return TensorSpec((t, sw), torch.float32, (2 * sw, 1),
+                      make=lambda device: torch.zeros(t, 2 * sw, device=device)[:, half * sw:(half + 1) * sw])
+
+
+def _slots(step: Any) -> TensorSpec:
+    # One state slot per real token; the padding of a CUDA-graph batch writes nothing (-1).
+    def values() -> torch.Tensor:
+        out = torch.full((step.padded_tokens,), -1, dtype=torch.int64)
+        out[:step.num_tokens] = torch.arange(step.num_tokens)
+        return out
+
+    return TensorSpec((step.padded_tokens,), torch.int64, values=values)
+
+
+def _call_sites(stack: Any, layer: Any, step: Any) -> list[Site]:
+    """Every step, every token (padding included: slot -1), once per state cache of the layer."""
+    t = step.padded_tokens
+    sites = []
+    for site, c in _compressors(stack, layer):
+        sw, sbs = c.state_width, c.state_block_size
+        nsb = max(1, -(-t // sbs))
+        sites.append(Site(site, {
+            "kv": _column(t, sw, 0), "score": _column(t, sw, 1),
+            "ape": TensorSpec(c.ape_shape, torch.float32, pool=f"ape:{c.ratio}:{sw}"),
+            "positions": TensorSpec((t,), torch.int64, values=step.positions),
+            "state_cache": TensorSpec((nsb, sbs, 2 * sw), torch.float32, pool=f"state:{sw}", make=(
+                lambda device, nsb=nsb, sbs=sbs, sw=sw: allocate_state_cache(nsb, sbs, sw, device=device))),
+            "slot_mapping": _slots(step),
+            "state_block_size": sbs, "state_width": sw, "compress_ratio": c.ratio,
+        }))
+    return sites
+
+
+SPEC = FamilySpec(
+    name="save_partial_states", spec_id="K4",
+    summary="kv and score + ape of every token into the compressor state cache; C4 (main and indexer) "
+            "and C128 layers, every step",
+    op_name="save_partial_states",
+    args=ARGS,
+    contract=SavePartialStatesBase,
+    variants={DEFAULT_VARIANT: Variant(save_partial_states_reference, "SavePartialStatesTriton",
+                                       "SavePartialStatesCuTeDSL")},
+    returns="None (state_cache rows of slots >= 0 are written in place; nothing else changes)",
+    device_arg="state_cache",
+    config_type=SavePartialStatesConfig,
+    model=ModelHooks(config=_config, call_sites=_call_sites),
+)

@@ -1,0 +1,238 @@
+"""Recorded GPU results: where they are, what they were recorded from, whether they still apply.
+
+GPU runs are recorded under ``benchmarks/results/`` (see ``benchmarks/*.py``), each with its
+provenance: device, versions, date, commit and, in newer records, ``kernel_source_hash``, the
+:func:`kernel_source_hash` of the kernel family the run measured. Notebooks and tools find and
+label records only through this module, in a checkout and in an installed package alike.
+
+Where the records are (:func:`results_dir`, first match wins):
+
+1. ``$DSV4KIT_RESULTS``, when set (authoritative: a missing directory there finds nothing);
+2. a checkout: ``benchmarks/results/`` next to the directory that holds the ``dsv4kit`` package;
+3. an installed package: ``dsv4kit/_recorded/``, the copy of ``benchmarks/results/`` that
+   ``setup.py`` adds to the wheel at build time (it is never a file in git).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ENV_VAR",
+    "SHIPPED_DIR",
+    "Recorded",
+    "candidates",
+    "kernel_source_files",
+    "kernel_source_hash",
+    "load",
+    "not_found_message",
+    "results_dir",
+]
+
+#: Environment variable naming a results directory; when set it is the only place looked in.
+ENV_VAR = "DSV4KIT_RESULTS"
+#: Folder inside the installed package that holds the shipped copy of ``benchmarks/results/``.
+SHIPPED_DIR = "_recorded"
+#: The ``dsv4kit`` package directory this module was imported from (source tree or installed).
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+# Kernel sources shared by every family, relative to the package directory.
+_SHARED_SOURCES = ("kernels/triton_numerics.py", "kernels/cute_numerics.py")
+_VERSION_KEYS = ("python", "torch", "triton", "nvidia-cutlass-dsl", "apache-tvm-ffi", "cuda")
+# Top-level fields that are provenance in a record without a "provenance" object.
+_PROVENANCE_KEYS = ("date", "commit", "device", "arch", "sm", "sms", "memory_gib", "versions", "seed",
+                    "kernel_source_hash", "family", *_VERSION_KEYS)
+
+
+# --------------------------------------------------------------------------- where records are
+
+
+def candidates(package_dir: Path | None = None) -> list[tuple[str, Path]]:
+    """The places :func:`results_dir` looks in, in order, each as ``(what, path)``."""
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return [(f"${ENV_VAR}", Path(env).expanduser())]
+    pkg = package_dir or PACKAGE_DIR
+    return [("checkout", pkg.parent / "benchmarks" / "results"), ("installed package", pkg / SHIPPED_DIR)]
+
+
+def results_dir(package_dir: Path | None = None) -> Path | None:
+    """The directory of recorded results, or None when there is none (see the module docstring).
+
+    ``package_dir`` stands in for the ``dsv4kit`` package directory (tests).
+    """
+    for _, path in candidates(package_dir):
+        if path.is_dir():
+            return path
+    return None
+
+
+def not_found_message(relpath: str | Path | None = None, package_dir: Path | None = None) -> str:
+    """What to say when nothing is found: every place looked in (for ``relpath``, when given)."""
+    root = results_dir(package_dir)
+    places = [("results", root)] if root is not None and relpath is not None else candidates(package_dir)
+    looked = "; ".join(f"{what} {path / relpath if relpath is not None else path}" for what, path in places)
+    return f"no recorded results found (looked in: {looked})"
+
+
+# --------------------------------------------------------------------------- kernel source hash
+
+
+def kernel_source_files(family: str, package_dir: Path | None = None) -> list[str]:
+    """The files :func:`kernel_source_hash` covers, relative to the package directory, sorted.
+
+    Every ``.py`` file under ``kernels/<family>/``, ``kernels/triton_numerics.py``,
+    ``kernels/cute_numerics.py`` and ``backends/*.py``.
+    """
+    pkg = package_dir or PACKAGE_DIR
+    family_dir = pkg / "kernels" / family
+    if "/" in family or "\\" in family or family.startswith(".") or not family_dir.is_dir():
+        known = sorted(p.name for p in (pkg / "kernels").iterdir() if (p / "__init__.py").is_file())
+        raise ValueError(f"unknown kernel family {family!r}; families: {', '.join(known)}")
+    files = [*family_dir.rglob("*.py"), *(pkg / "backends").glob("*.py"), *(pkg / s for s in _SHARED_SOURCES)]
+    return sorted({f.relative_to(pkg).as_posix() for f in files if f.is_file()})
+
+
+def kernel_source_hash(family: str, package_dir: Path | None = None) -> str:
+    """sha256 (hex) of the source a family's kernels are built from, as this package holds it now.
+
+    For each file of :func:`kernel_source_files`, in that (sorted) order, the hash is fed the
+    file's relative path (POSIX, UTF-8), one NUL byte, then the file's bytes. It reads the
+    imported package's own files, so an installed copy hashes what it would run.
+    """
+    pkg = package_dir or PACKAGE_DIR
+    digest = hashlib.sha256()
+    for rel in kernel_source_files(family, pkg):
+        digest.update(rel.encode("utf-8"))
+        digest.update(b"\0")
+        digest.update((pkg / rel).read_bytes())
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- one record
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One recorded run: a JSON file (with a ``provenance`` object, or provenance fields at its top
+    level) or a directory with ``provenance.json``.
+
+    ``package_dir`` is the package whose kernel sources :meth:`status` compares with (default:
+    this one).
+    """
+
+    path: Path
+    provenance: Mapping[str, Any]
+    package_dir: Path | None = field(default=None, compare=False)
+
+    @classmethod
+    def from_path(cls, path: Path | str, package_dir: Path | None = None) -> Recorded:
+        """Read the record at ``path``; ValueError when it carries no provenance."""
+        path = Path(path)
+        if path.is_dir():
+            prov = json.loads((path / "provenance.json").read_text())
+        else:
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict):
+                raise ValueError(f"{path}: not a record (a JSON object is expected)")
+            prov = data.get("provenance") or {k: data[k] for k in _PROVENANCE_KEYS if k in data}
+        if not isinstance(prov, dict) or not {"date", "commit", "device"} & set(prov):
+            raise ValueError(f"{path}: not a record (no device, date or commit in its provenance)")
+        return cls(path, prov, package_dir)
+
+    # provenance ------------------------------------------------------------------------------
+
+    @property
+    def device(self) -> str:
+        return str(self.provenance.get("device", "unknown device"))
+
+    @property
+    def date(self) -> str:
+        return str(self.provenance.get("date", "unknown date"))
+
+    @property
+    def commit(self) -> str:
+        return str(self.provenance.get("commit", "unknown commit"))
+
+    @property
+    def versions(self) -> dict[str, str]:
+        """Software versions of the run (``versions`` object and top-level version fields)."""
+        found = {k: str(v) for k, v in dict(self.provenance.get("versions") or {}).items() if v is not None}
+        found.update({k: str(self.provenance[k]) for k in _VERSION_KEYS
+                      if self.provenance.get(k) is not None})
+        return found
+
+    @property
+    def kernel_source_hash(self) -> str | dict[str, str] | None:
+        """The recorded hash: one string (for :attr:`family`), a family -> hash map, or None."""
+        return self.provenance.get("kernel_source_hash")
+
+    @property
+    def family(self) -> tuple[str, ...]:
+        """The kernel families the run measured, as recorded (empty when not recorded)."""
+        fam = self.provenance.get("family")
+        if fam is None and isinstance(self.kernel_source_hash, dict):
+            return tuple(self.kernel_source_hash)
+        return (fam,) if isinstance(fam, str) else tuple(fam or ())
+
+    # files -----------------------------------------------------------------------------------
+
+    def file(self, name: str) -> Path:
+        """A file of this record: inside a directory record, next to a JSON-file record."""
+        return (self.path if self.path.is_dir() else self.path.parent) / name
+
+    def read_json(self, name: str | None = None) -> Any:
+        """A JSON file of the record (default: a JSON-file record's own file)."""
+        return json.loads((self.file(name) if name else self.path).read_text())
+
+    # still current? --------------------------------------------------------------------------
+
+    def recorded_hash(self, family: str) -> str | None:
+        """The kernel source hash recorded for ``family``, or None when none was recorded."""
+        if self.family and family not in self.family:
+            raise ValueError(f"{self.path} records family {', '.join(self.family)}, not {family}")
+        h = self.kernel_source_hash
+        return h.get(family) if isinstance(h, dict) else h
+
+    def _families(self, family: str | Sequence[str] | None) -> tuple[str, ...]:
+        fams = self.family if family is None else (family,) if isinstance(family, str) else tuple(family)
+        if not fams:
+            raise ValueError(f"{self.path} records no family: name the kernel family to compare with")
+        return fams
+
+    def status(self, family: str | Sequence[str] | None = None) -> str:
+        """``recorded at <commit> on <device>, <date>`` and whether ``family``'s kernel source changed.
+
+        The suffix is ``, kernel source hash not recorded`` when the record has no hash (for any
+        of the families), ``, kernel source changed since`` when a recorded hash differs from
+        :func:`kernel_source_hash` now (naming the families when several are compared), and
+        nothing when the record is :meth:`current`. ``family`` defaults to the recorded one.
+        """
+        fams = self._families(family)
+        line = f"recorded at {self.commit[:10]} on {self.device}, {self.date}"
+        recorded = {f: self.recorded_hash(f) for f in fams}
+        if any(h is None for h in recorded.values()):
+            return line + ", kernel source hash not recorded"
+        changed = [f for f, h in recorded.items() if h != kernel_source_hash(f, self.package_dir)]
+        if not changed:
+            return line
+        return line + ", kernel source changed since" + (f" ({', '.join(changed)})" if len(fams) > 1 else "")
+
+    def current(self, family: str | Sequence[str] | None = None) -> bool:
+        """True when a hash is recorded for ``family`` (each of them) and equals the source now."""
+        fams = self._families(family)
+        return all(self.recorded_hash(f) == kernel_source_hash(f, self.package_dir) for f in fams)
+
+
+def load(relpath: str | Path, root: Path | None = None) -> Recorded | None:
+    """The record at ``relpath`` under ``root`` (default :func:`results_dir`), or None when absent."""
+    root = root if root is not None else results_dir()
+    if root is None or not (root / relpath).exists():
+        return None
+    return Recorded.from_path(root / relpath)
