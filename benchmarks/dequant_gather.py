@@ -142,21 +142,11 @@ def bench_inputs(nreq: int, rows: int, bs: int, with_g: bool, device: str, seed:
 # --------------------------------------------------------------------------- sections
 
 
-def kernels(platform):
-    from dsv4kit.kernels.dequant_gather.triton import DequantGatherTriton
+def kernels(platform) -> dict:
+    from dsv4kit.bench import backend_kernels
+    from dsv4kit.kernels import family
 
-    out = {"triton": DequantGatherTriton(platform)}
-    ok, why = cutlass_available()
-    if ok:
-        try:
-            from dsv4kit.kernels.dequant_gather.cutedsl import DequantGatherCuTeDSL
-
-            out["cutedsl"] = DequantGatherCuTeDSL(platform)
-        except Exception as exc:
-            log(f"CuTeDSL kernel unavailable: {type(exc).__name__}: {exc}")
-    else:
-        log(f"CuTeDSL skipped: import cutlass failed ({why})")
-    return out
+    return backend_kernels(family("dequant_gather"), platform, log=log)
 
 
 def diff_report(got: torch.Tensor, want: torch.Tensor, written: torch.Tensor) -> str:

@@ -68,20 +68,10 @@ def cutlass_status() -> tuple[bool, str]:
 
 
 def kernels(platform) -> dict:
-    from dsv4kit.kernels.save_partial_states.triton import SavePartialStatesTriton
+    from dsv4kit.bench import backend_kernels
+    from dsv4kit.kernels import family
 
-    out = {"triton": SavePartialStatesTriton(platform)}
-    ok, why = cutlass_status()
-    if ok:
-        try:
-            from dsv4kit.kernels.save_partial_states.cutedsl import SavePartialStatesCuTeDSL
-
-            out["cutedsl"] = SavePartialStatesCuTeDSL(platform)
-        except Exception as exc:
-            log(f"CuTeDSL kernel unavailable: {type(exc).__name__}: {exc}")
-    else:
-        log(f"CuTeDSL skipped: import cutlass failed ({why})")
-    return out
+    return backend_kernels(family("save_partial_states"), platform, log=log)
 
 
 class Counters:

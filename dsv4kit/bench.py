@@ -18,7 +18,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["bench_median_ms", "copy_bandwidth_gbs", "provenance", "write_csv", "write_json"]
+__all__ = [
+    "backend_kernels",
+    "bench_median_ms",
+    "copy_bandwidth_gbs",
+    "provenance",
+    "write_csv",
+    "write_json",
+]
 
 
 def provenance(extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -92,3 +99,16 @@ def write_csv(path: str | Path, rows: Sequence[dict[str, Any]]) -> None:
         w = csv.DictWriter(f, fieldnames=names)
         w.writeheader()
         w.writerows(rows)
+
+
+def backend_kernels(spec: Any, platform: Any, variant: str = "default",
+                    log: Callable[[str], None] = print) -> dict[str, Any]:
+    """One kernel object of ``spec`` per backend that can run on ``platform`` (Triton always,
+    CuTeDSL where it imports), chosen by the platform's backend predicate; the others are logged."""
+    out = {}
+    for backend in ("triton", "cutedsl"):
+        try:
+            out[backend] = spec.kernel(variant, platform.device, backend, platform)
+        except Exception as exc:  # CuTeDSL not installed, or not runnable here
+            log(f"{backend} kernel unavailable: {type(exc).__name__}: {exc}")
+    return out

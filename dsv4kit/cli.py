@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from dsv4kit.errors import KernelInputError, format_key
+from dsv4kit.formats.cache_dtypes import INDEXER_CACHE_DTYPES
 
-ARCHES = ("sm_90a", "sm_100a")
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -39,14 +39,17 @@ def _preset(value: str) -> str:
 
 
 def _arch(value: str) -> str:
-    if value not in ARCHES:
-        hint = f" (did you mean {value}a?)" if f"{value}a" in ARCHES else ""
-        raise argparse.ArgumentTypeError(f"unknown arch {value!r}: expected one of {', '.join(ARCHES)}{hint}")
+    from dsv4kit.platform import KNOWN_ARCHS
+
+    if value not in KNOWN_ARCHS:
+        hint = f" (did you mean {value}a?)" if f"{value}a" in KNOWN_ARCHS else ""
+        raise argparse.ArgumentTypeError(
+            f"unknown arch {value!r}: expected one of {', '.join(KNOWN_ARCHS)}{hint}")
     return value
 
 
 def _cache_dtype(value: str) -> str:
-    from dsv4kit.model.stack import CACHE_DTYPES
+    from dsv4kit.formats.cache_dtypes import CACHE_DTYPES
 
     if value not in CACHE_DTYPES:
         raise argparse.ArgumentTypeError(
@@ -112,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="force one backend for every kernel (default: the platform's choice)")
         g.add_argument("--cache-dtype", type=_cache_dtype, default="fp8_ds_mla",
                        help="KV cache dtype: fp8_ds_mla (default), bf16/bfloat16/auto, fp8/fp8_e4m3")
-        g.add_argument("--indexer-cache", choices=("fp8", "mxfp4"), default="fp8",
+        g.add_argument("--indexer-cache", choices=INDEXER_CACHE_DTYPES, default="fp8",
                        help="indexer K cache format (default fp8): selects K1 or K2")
         g.add_argument("--block-size", type=_block_size, default=None,
                        help="KV cache block size B, a power of two or 0 (default: the preset's, 256)")

@@ -245,13 +245,16 @@ def test_interpreter_reports_a_specialization_miss(rq_triton):
     assert [e.source for e in mon.events] == ["triton"]
 
 
-def test_triton_interpret_env_is_a_clear_error():
-    # TRITON_INTERPRET=1 at import turns @triton.jit into an InterpretedFunction, which cannot be
-    # compiled ahead of time; dsv4kit picks the interpreter itself, so say so at class creation.
-    code = "import dsv4kit.kernels.rowquant.triton"
+def test_triton_interpret_env_is_accepted_at_import():
+    # TRITON_INTERPRET=1 (Triton's CPU habit) would turn @triton.jit into an InterpretedFunction,
+    # which cannot be compiled ahead of time; dsv4kit runs the interpreter itself, so importing the
+    # kit first switches it off and the kernels stay JITFunctions (tests/family runs one).
+    code = ("import dsv4kit.kernels.rowquant.triton as t\n"
+            "from triton.runtime.jit import JITFunction\n"
+            "assert isinstance(t.RowQuantTriton.kernel_fn, JITFunction)\n")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
-    assert r.returncode != 0 and "ContractError" in r.stderr and "unset TRITON_INTERPRET" in r.stderr
+    assert r.returncode == 0, r.stderr
 
 
 def test_interpreter_scope_restores_jitfunction():

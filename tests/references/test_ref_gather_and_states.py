@@ -185,7 +185,7 @@ def test_k4_t0_and_bad_inputs() -> None:
         ((kv, score, ape, pos.int(), state, slots, sbs, sw, r), "positions: expected dtype int64"),
         ((kv, score, ape, pos, state, slots.int(), sbs, sw, r), "slot_mapping: expected dtype int64"),
         ((kv, score, ape, pos, state, slots, 8, sw, r), "state_block_size: expected"),
-        ((kv, score, ape, pos, state, slots, sbs, sw, 8), "compress_ratio: expected 4 or 128"),
+        ((kv, score, ape, pos, state, slots, sbs, sw, 8), "compress_ratio: expected one of 4, 128, got 8"),
         (
             (kv, score, ape, pos, allocate_state_cache(4, sbs, 128), slots, sbs, sw, r),
             "state_cache: expected shape",
