@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dsv4kit.errors import KernelInputError, format_key
-from dsv4kit.formats.cache_dtypes import INDEXER_CACHE_DTYPES
+from dsv4kit.formats.cache_dtypes import INDEXER_CACHE_DTYPES, ROPE_CACHE_DTYPES
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -62,14 +63,19 @@ def _block_size(value: str) -> int:
         b = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"block size {value!r} is not an integer") from None
+    from dsv4kit.model.stack import MAX_BLOCK_SIZE
+
     if b < 0 or b & (b - 1):
         raise argparse.ArgumentTypeError(f"block size {b} is not a power of two (or 0: no paged cache)")
+    if b > MAX_BLOCK_SIZE:
+        raise argparse.ArgumentTypeError(
+            f"block size {b} is larger than {MAX_BLOCK_SIZE} (32-bit page offsets)")
     return b
 
 
 def _dtype_list(value: str) -> tuple[str, ...]:
     items = tuple(v.strip() for v in value.split(",") if v.strip())
-    bad = [v for v in items if v not in ("float32", "bfloat16")]
+    bad = [v for v in items if v not in ROPE_CACHE_DTYPES]
     if bad or not items:
         raise argparse.ArgumentTypeError(f"expected a comma list of float32, bfloat16; got {value!r}")
     return items
@@ -149,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
             c.add_argument("--seed", type=int, default=0, help="trace seed (default 0)")
             c.add_argument("--max-context", type=_positive, default=None,
                            help="longest sequence in the trace (default: --max-model-len)")
-            c.add_argument("--rope-cache-dtype", choices=("float32", "bfloat16"), default="float32",
+            c.add_argument("--rope-cache-dtype", choices=tuple(ROPE_CACHE_DTYPES), default="float32",
                            help="dtype of the runtime's RoPE cos/sin cache (default float32; bfloat16 "
                                 "after a module-wide cast, trap 1)")
             c.add_argument("--launch", action="store_true",
@@ -170,8 +176,13 @@ def _has_cuda() -> bool:
 
 def _platform(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
     from dsv4kit.model.stack import gpu_platform
-    from dsv4kit.platform import DEFAULT_CPU_ARCH, cpu_platform, detect_platform
+    from dsv4kit.platform import ARCH_ENV, DEFAULT_CPU_ARCH, cpu_platform, detect_platform
 
+    if args.arch is None and os.environ.get(ARCH_ENV):   # the library's variable, honoured here too
+        try:
+            args.arch = _arch(os.environ[ARCH_ENV])
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"${ARCH_ENV}: {exc}")
     has_gpu = _has_cuda()
     device = args.device if args.device != "auto" else ("cuda" if has_gpu else "cpu")
     if device == "cuda" and has_gpu:
@@ -184,10 +195,33 @@ def _platform(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
     return cpu_platform(args.arch or DEFAULT_CPU_ARCH)
 
 
+def _output_path(parser: argparse.ArgumentParser, flag: str, value: str | None, suffix: str) -> str | None:
+    """``value`` checked before any work (exit 2 if it cannot be written), ``suffix`` added when
+    it has none (what matplotlib would do silently)."""
+    if value is None:
+        return None
+    path = Path(value)
+    if path.is_dir():
+        parser.error(f"{flag}: {value} is a directory; expected a file name")
+    if not path.suffix:
+        path = path.with_suffix(suffix)
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        parser.error(f"{flag}: cannot create {parent}: {exc.strerror}")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        parser.error(f"{flag}: {path} is not writable")
+    return str(path)
+
+
 def _build(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[Any, Any]:
     from dsv4kit.jit import WarmupRegistry
     from dsv4kit.model.stack import DSv4AttentionStack
 
+    args.json = _output_path(parser, "--json", args.json, ".json")
+    if getattr(args, "plot", None) is not None:
+        args.plot = _output_path(parser, "--plot", args.plot, ".png")
     platform = _platform(args, parser)
     if getattr(args, "launch", False) and not _has_cuda():
         parser.error("--launch: needs a CUDA device (this machine has none); without --launch the replay "

@@ -186,13 +186,16 @@ def test_json_file_records(tmp_path):
 
 @pytest.mark.parametrize("relpath, family", [("indexer_q_h200.json", "indexer_q"),
                                              ("dequant_gather", "dequant_gather"),
-                                             ("replay_h200", ("indexer_q", "dequant_gather")),
+                                             ("replay_h200", ("save_partial_states", "indexer_q",
+                                                              "dequant_gather")),
+                                             ("save_partial_states_h200", "save_partial_states"),
                                              ("backends_h200.json", "rowquant")])
 def test_checkout_records(relpath, family):
     rec = results.load(relpath)
     assert rec is not None, results.not_found_message(relpath)
     assert rec.device == "NVIDIA H200" and rec.versions["triton"] == "3.6.0"
-    assert rec.status(family).startswith(f"recorded at {rec.commit[:10]} on NVIDIA H200, 2026-11-30T")
+    assert rec.status(family).startswith(f"recorded at {rec.commit[:10]} on NVIDIA H200, {rec.date}")
+    assert rec.date.startswith(("2026-11-30T", "2026-12-01T"))
 
 
 # --------------------------------------------------------------------------- installed package
@@ -225,7 +228,7 @@ def test_installed_package_ships_results(tmp_path):
     got = json.loads(out.strip().splitlines()[-1])
     assert Path(got["pkg"]).parent == site / "dsv4kit"
     assert got["dir"] == str(site / "dsv4kit" / results.SHIPPED_DIR)
-    assert got["status"].startswith("recorded at 401b5b6 on NVIDIA H200")
+    assert got["status"].startswith(f"recorded at {results.load('replay_h200').commit[:10]} on NVIDIA H200")
     want = json.loads((REPO / "benchmarks/results/replay_h200/report.json").read_text())
     assert got["configs"] == len(want["results"])
     assert got["hash"] == kernel_source_hash("indexer_q", src / "dsv4kit")   # the installed files, hashed

@@ -534,7 +534,15 @@ class TritonJitKernel(JitKernel[K]):
 
     # ------------------------------------------------------------------ compiling
     def compile_for(self, key: K, arch: str) -> CompileArtifact:
-        """Compile ``key`` ahead of time for ``arch`` (no GPU needed); the runtime cache is untouched."""
+        """Compile ``key`` ahead of time for ``arch`` (no GPU needed); the runtime cache is untouched.
+
+        Holds the interpreter lock: the interpreter patches ``triton.language`` process-wide while
+        a kernel runs, and a compile in another thread meanwhile would see the patched module.
+        """
+        with _INTERP_LOCK:
+            return self._compile_for(key, arch)
+
+    def _compile_for(self, key: K, arch: str) -> CompileArtifact:
         cap = arch_capability(arch)
         t0 = time.perf_counter()
         fn = self.kernel_fn
@@ -558,7 +566,7 @@ class TritonJitKernel(JitKernel[K]):
     def compile(self, key: K) -> None:
         """Compile ``key`` for this platform and cache the executor the runtime will use."""
         t0 = time.perf_counter()
-        with compiling():
+        with compiling(), _INTERP_LOCK:  # see compile_for: no compile while the interpreter runs
             if self.platform.is_cuda:
                 args = self.warmup_inputs(key)
                 ck = self.kernel_fn.warmup(*args, grid=(1,), **self._options(key))

@@ -72,21 +72,15 @@ class Arg:
             if self.dtypes:
                 check_dtype(op, self.name, value, *self.dtypes)  # the message every dtype check gives
             return value
-        value = _scalar(self.kind, value)
-        if value is None or (self.choices and value not in self.choices):
-            raise input_error(op, self.name, self.expected(), _got(value if value is not None else _RAW))
-        return value
-
-
-_RAW = object()
+        scalar = _scalar(self.kind, value)
+        if scalar is None or (self.choices and scalar not in self.choices):
+            raise input_error(op, self.name, self.expected(), _got(value))
+        return scalar
 
 
 def _got(value: Any) -> str:
-    if value is _RAW:
-        return "a value of another type"
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, bool | int | float):
+    """What came, for an error message: a scalar's repr (strings quoted), else its type."""
+    if value is None or isinstance(value, str | bool | int | float):
         return repr(value)
     return type(value).__name__
 

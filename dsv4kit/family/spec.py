@@ -239,11 +239,29 @@ class FamilySpec:
         return check_args(self.op_name, self.args, values), options
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the op: check the table, pick the variant and backend, call the kernel object."""
+        """Run the op: check the table and the devices, pick the variant and backend, call the kernel."""
         values, opts = self.bind(*args, **kwargs)
+        device = self._check_devices(values, opts["backend"])
         variant = values.pop(self.variant_arg) if self.variant_arg else DEFAULT_VARIANT
-        kernel = self.kernel(variant, values[self.device_arg].device, opts["backend"], opts["platform"])
+        kernel = self.kernel(variant, device, opts["backend"], opts["platform"])
         return kernel(**values, debug_checks=opts["debug_checks"])
+
+    def _check_devices(self, values: Mapping[str, Any], backend: str | None) -> torch.device:
+        """Every tensor on the device of ``device_arg`` (spec §2.10), one a backend can run on; the
+        error names the tensor that is off, not a generic ``device``."""
+        where = self.device_arg
+        device = values[where].device
+        if device.type not in ("cpu", "cuda"):
+            raise input_error(self.op_name, where, "a cpu or cuda tensor", f"device {device}")
+        if backend == "cutedsl" and device.type != "cuda":
+            raise input_error(self.op_name, where, "a cuda tensor (CuTeDSL kernels run only on a GPU)",
+                              f"device {device}")
+        for a in self.args:
+            t = values.get(a.name)
+            if a.kind == "tensor" and t is not None and t.device != device:
+                raise input_error(self.op_name, a.name, f"device {device} (the device of {where})",
+                                  f"device {t.device}")
+        return device
 
     @functools.cached_property
     def op(self) -> Callable[..., Any]:

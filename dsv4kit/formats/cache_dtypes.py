@@ -8,9 +8,11 @@ configuration time, so warmup and runtime can never read a dtype string differen
 
 from __future__ import annotations
 
+import torch
+
 from dsv4kit.errors import input_error
 
-__all__ = ["CACHE_DTYPES", "INDEXER_CACHE_DTYPES", "normalize_cache_dtype"]
+__all__ = ["CACHE_DTYPES", "INDEXER_CACHE_DTYPES", "ROPE_CACHE_DTYPES", "normalize_cache_dtype"]
 
 #: KV cache dtype string -> canonical kind.
 CACHE_DTYPES: dict[str, str] = {
@@ -23,6 +25,8 @@ CACHE_DTYPES: dict[str, str] = {
 }
 #: Indexer K cache formats: FP8 (K1, K9 FP8) or MXFP4 (K2, K9 MXFP4).
 INDEXER_CACHE_DTYPES = ("fp8", "mxfp4")
+#: dtype of the RoPE cos/sin caches at runtime: fp32 as built, bf16 after a module-wide cast (trap 1).
+ROPE_CACHE_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def normalize_cache_dtype(value: object, where: str = "cache_dtype") -> str:

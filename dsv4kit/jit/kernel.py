@@ -210,6 +210,7 @@ class JitKernel(Generic[K]):
     def _compile_one(self, key: K) -> KeyReport:
         t0 = time.perf_counter()
         try:
+            self.check_key(key)  # a key of another kernel, or a wrong fixed field: this key's failure
             self.compile(key)
             if key not in self._executor_cache():
                 raise MissingExecutorError(f"compile({key}) did not cache an executor")
@@ -228,7 +229,6 @@ class JitKernel(Generic[K]):
         """Compile each key (sequentially here; backends may parallelize) and report each."""
         out = []
         for key in keys:
-            self.check_key(key)
             r = self._compile_one(key)
             if r.ok:
                 coverage.record_warmed(self.name, [key])

@@ -5,6 +5,12 @@ Modes: ``off`` (record nothing), ``warn`` (log once per (kernel, key)), ``error`
 the exact fields that differ).  Compiles reach the monitor from two places:
 ``JitKernel._get_or_compile`` misses (every backend), and the backend hooks that
 arm with the monitor (Triton's compile hook, the ``cute.compile`` wrapper).
+
+Monitors nest as a stack: a compile is reported to every armed monitor, and it raises when
+any of them is in ``error`` mode, so an inner ``off`` or ``warn`` monitor can never weaken an
+outer ``error`` one. Re-entering an armed monitor (``with m: with m:``) keeps it armed until
+the outermost exit. The backend hooks are installed when the first monitor arms and removed
+when the last one disarms, in whatever order they disarm.
 """
 
 from __future__ import annotations
@@ -30,9 +36,12 @@ log = logging.getLogger("dsv4kit.jit")
 Mode = Literal["off", "warn", "error"]
 _MODES = ("off", "warn", "error")
 
-# Installers called when a monitor arms; each returns the function that uninstalls it.
+# Installers called when the first monitor arms; each returns the function that uninstalls it.
 _HOOK_INSTALLERS: list[Callable[[JitMonitor], Callable[[], None]]] = []
 _ACTIVE: list[JitMonitor] = []
+_UNINSTALLERS: list[Callable[[], None]] = []
+# (kernel, key) pairs compiled while a monitor was armed: never offered as "nearest warmed".
+_RUNTIME_COMPILED: set[tuple[str, Any]] = set()
 
 
 def register_monitor_hook(install: Callable[[JitMonitor], Callable[[], None]]) -> None:
@@ -89,31 +98,33 @@ class JitMonitor:
         self.mode: Mode = mode
         self.events: list[CompileEvent] = []
         self._warned: set[tuple[str, Any]] = set()
-        self._uninstallers: list[Callable[[], None]] = []
-        self._armed = False
+        self._depth = 0
 
     @property
     def armed(self) -> bool:
-        return self._armed
+        return self._depth > 0
 
     def arm(self) -> JitMonitor:
-        """Start watching; installs the registered backend hooks."""
-        if self._armed:
-            return self
-        self._uninstallers = [install(self) for install in list(_HOOK_INSTALLERS)]
-        _ACTIVE.append(self)
-        self._armed = True
+        """Start watching (again: arming an armed monitor nests, one disarm per arm)."""
+        self._depth += 1
+        if self._depth == 1:
+            if not _ACTIVE:
+                _UNINSTALLERS[:] = [install(self) for install in list(_HOOK_INSTALLERS)]
+            _ACTIVE.append(self)
         return self
 
     def disarm(self) -> None:
-        """Stop watching; backend hooks are restored to what they were."""
-        if not self._armed:
+        """Stop watching; the last monitor to disarm restores the backend hooks."""
+        if self._depth == 0:
             return
-        for uninstall in reversed(self._uninstallers):
-            uninstall()
-        self._uninstallers = []
+        self._depth -= 1
+        if self._depth:
+            return
         _ACTIVE.remove(self)
-        self._armed = False
+        if not _ACTIVE:
+            for uninstall in reversed(_UNINSTALLERS):
+                uninstall()
+            _UNINSTALLERS.clear()
 
     def __enter__(self) -> JitMonitor:
         return self.arm()
@@ -124,19 +135,27 @@ class JitMonitor:
     def report_compile(self, kernel: str, key: Any, warmed: Iterable[Any], source: str = "jit") -> None:
         """Called just before (or, for hooks that cannot run earlier, just after) a compile.
 
-        ``error`` raises :class:`UnwarmedKeyError`; ``warn`` logs once per (kernel, key).
+        Every armed monitor records it (this one too, if it is not armed); ``error`` in any of
+        them raises :class:`UnwarmedKeyError`; ``warn`` logs once per (kernel, key). The nearest
+        key is taken among keys that were warmed, not among keys compiled at runtime.
         """
+        warmed = [w for w in warmed if (kernel, w) not in _RUNTIME_COMPILED]
+        nearest = nearest_key(key, warmed)
+        err = UnwarmedKeyError(kernel, key, nearest, key_diff(nearest, key) if nearest is not None else {})
+        monitors = list(_ACTIVE) if self in _ACTIVE else [*_ACTIVE, self]
+        for m in monitors:
+            m._record(CompileEvent(kernel, key, source), err)
+        if any(m.mode == "error" for m in monitors):
+            raise err
+        if any(m.mode == "warn" for m in monitors):
+            _RUNTIME_COMPILED.add((kernel, key))  # it will compile now: not a warmed key
+
+    def _record(self, event: CompileEvent, err: UnwarmedKeyError) -> None:
         if self.mode == "off":
             return
-        self.events.append(CompileEvent(kernel, key, source))
-        warmed = list(warmed)
-        nearest = nearest_key(key, warmed)
-        diff = key_diff(nearest, key) if nearest is not None else {}
-        err = UnwarmedKeyError(kernel, key, nearest, diff)
-        if self.mode == "error":
-            raise err
-        if (kernel, key) not in self._warned:
-            self._warned.add((kernel, key))
+        self.events.append(event)
+        if self.mode == "warn" and (event.kernel, event.key) not in self._warned:
+            self._warned.add((event.kernel, event.key))
             log.warning("%s", err)
 
     def compiles(self, kernel: str | None = None) -> list[CompileEvent]:

@@ -29,7 +29,12 @@ import torch
 
 from dsv4kit.errors import input_error
 from dsv4kit.family import Call, FamilySpec, TensorSpec
-from dsv4kit.formats.cache_dtypes import CACHE_DTYPES, INDEXER_CACHE_DTYPES, normalize_cache_dtype
+from dsv4kit.formats.cache_dtypes import (
+    CACHE_DTYPES,
+    INDEXER_CACHE_DTYPES,
+    ROPE_CACHE_DTYPES,
+    normalize_cache_dtype,
+)
 from dsv4kit.jit import JitKernel, WarmupRegistry, WarmupReport
 from dsv4kit.jit import registry as jit_registry
 from dsv4kit.kernels import families
@@ -43,6 +48,7 @@ __all__ = [
     "CACHE_DTYPES",
     "FAMILIES",
     "INDEXER_CACHE_DTYPES",
+    "MAX_BLOCK_SIZE",
     "PRESET_NAMES",
     "ROPE_CACHE_DTYPES",
     "AttentionLayer",
@@ -61,8 +67,6 @@ __all__ = [
 
 STACK = "DSv4AttentionStack"
 
-#: dtype of the RoPE cos/sin caches at runtime (fp32 as built; bf16 after a module-wide cast).
-ROPE_CACHE_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 #: Short preset names of the CLI.
 PRESET_NAMES: dict[str, ModelPreset] = {"flash": DSV4_FLASH, "pro": DSV4_PRO}
 
@@ -70,10 +74,16 @@ PRESET_NAMES: dict[str, ModelPreset] = {"flash": DSV4_FLASH, "pro": DSV4_PRO}
 # --------------------------------------------------------------------------- settings checks
 
 
+#: Largest cache block size B: a page of B fp8_ds_mla entries (584 bytes each) must be
+#: addressable with 32-bit offsets by every kernel (2**16 * 584 < 2**31).
+MAX_BLOCK_SIZE = 2**16
+
+
 def check_block_size(value: object) -> int:
-    """The cache block size B: a power of two, or 0 (no paged KV cache)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (value & (value - 1)):
-        raise input_error(STACK, "block_size", "a power of two or 0", repr(value))
+    """The cache block size B: a power of two up to ``MAX_BLOCK_SIZE``, or 0 (no paged KV cache)."""
+    if (isinstance(value, bool) or not isinstance(value, int) or value < 0 or (value & (value - 1))
+            or value > MAX_BLOCK_SIZE):
+        raise input_error(STACK, "block_size", f"a power of two up to {MAX_BLOCK_SIZE}, or 0", repr(value))
     return value
 
 

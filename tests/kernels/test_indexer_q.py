@@ -191,7 +191,8 @@ def test_positions_out_of_range_with_debug_checks():
 
 
 def test_cuda_backend_refuses_cpu_tensors():
-    with pytest.raises(KernelInputError, match=r"device: expected cuda \(CuTeDSL kernels run only on a GPU"):
+    with pytest.raises(KernelInputError,
+                       match=r"indexer_q_rope_quant: positions: expected a cuda tensor \(CuTeDSL kernels"):
         indexer_q_rope_quant(**_bad(), backend="cutedsl")
 
 

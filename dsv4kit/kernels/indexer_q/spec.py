@@ -17,6 +17,8 @@ import torch
 
 from dsv4kit.errors import input_error
 from dsv4kit.family import FamilySpec, ModelHooks, Site, TensorSpec, Variant
+from dsv4kit.formats.cache_dtypes import ROPE_CACHE_DTYPES
+from dsv4kit.formats.checks import check_values_in_range
 from dsv4kit.jit import Immediate, JitKernel, Like, WarmupChoices, WarmupIntRange, fixed, kernel_launcher
 from dsv4kit.kernels.indexer_q.reference import (
     ARGS,
@@ -128,9 +130,8 @@ class IndexerQBase(JitKernel["IndexerQBase.CompileKey"]):
         t = check_indexer_q_inputs(self.name, positions, index_q, cos_sin_cache, index_weights,
                                    softmax_scale, head_scale, debug_checks=False)
         self.check_device("index_q", index_q)
-        if debug:
-            check_indexer_q_inputs(self.name, positions, index_q, cos_sin_cache, index_weights,
-                                   softmax_scale, head_scale, debug_checks=True)
+        if debug:  # the reference's value check, after the device rule (no read of a meta tensor)
+            check_values_in_range(self.name, "positions", positions, 0, cos_sin_cache.shape[0])
         outs = self.outputs(t, index_q.device)
         if t == 0:
             return Immediate(outs)
@@ -141,8 +142,6 @@ class IndexerQBase(JitKernel["IndexerQBase.CompileKey"]):
 
 
 # --------------------------------------------------------------------------- the model's view
-#: dtype names of the RoPE cos/sin cache a runtime may hold (fp32 as built, bf16 after a cast).
-_ROPE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def _config(stack: Any, layer: Any) -> IndexerQConfig | None:
@@ -150,7 +149,7 @@ def _config(stack: Any, layer: Any) -> IndexerQConfig | None:
     if layer.compress_ratio != 4:
         return None
     return IndexerQConfig(max_num_batched_tokens=stack.max_num_batched_tokens,
-                          cos_sin_dtypes=tuple(_ROPE_DTYPES[d] for d in stack.warmup_cos_sin_dtypes),
+                          cos_sin_dtypes=tuple(ROPE_CACHE_DTYPES[d] for d in stack.warmup_cos_sin_dtypes),
                           indexer_cache_dtype=stack.indexer_cache_dtype)
 
 
@@ -160,7 +159,7 @@ def _call_sites(stack: Any, layer: Any, step: Any) -> list[Site]:
         "positions": TensorSpec((t,), torch.int64, values=step.positions),
         "index_q": TensorSpec((t, p.index_n_heads, p.index_head_dim), torch.bfloat16, pool="index_q"),
         "cos_sin_cache": TensorSpec((p.compress_rope.max_pos, p.compress_rope.rope_dim),
-                                    _ROPE_DTYPES[stack.rope_cache_dtype],
+                                    ROPE_CACHE_DTYPES[stack.rope_cache_dtype],
                                     pool=f"cos_sin:{stack.rope_cache_dtype}"),
         "index_weights": TensorSpec((t, p.index_n_heads), torch.bfloat16, pool="index_weights"),
         "cache_format": stack.indexer_cache_dtype,

@@ -16,7 +16,12 @@ from dsv4kit.formats.checks import (
 )
 from dsv4kit.formats.state_cache import check_state_cache
 
-__all__ = ["ARGS", "check_save_partial_states_inputs", "save_partial_states_reference"]
+__all__ = [
+    "ARGS",
+    "check_save_partial_states_inputs",
+    "check_save_partial_states_values",
+    "save_partial_states_reference",
+]
 
 KERNEL = "save_partial_states"
 
@@ -96,13 +101,19 @@ def check_save_partial_states_inputs(
             "slot_mapping": slot_mapping,
         },
     )
-    if debug_checks and t:
-        keep = slot_mapping >= 0
-        valid = slot_mapping[keep]
-        check_values_in_range(kernel, "slot_mapping", valid, 0, state_cache.shape[0] * state_cache.shape[1])
-        check_unique(kernel, "slot_mapping", valid)
-        check_values_in_range(kernel, "positions", positions[:t][keep], 0, 2**63 - 1)
+    if debug_checks:
+        check_save_partial_states_values(kernel, positions, state_cache, slot_mapping)
     return t
+
+
+def check_save_partial_states_values(kernel: str, positions: torch.Tensor, state_cache: torch.Tensor,
+                                     slot_mapping: torch.Tensor) -> None:
+    """The K4 debug checks (device reads): slots >= 0 unique and in range, their positions >= 0."""
+    keep = slot_mapping >= 0
+    valid = slot_mapping[keep]
+    check_values_in_range(kernel, "slot_mapping", valid, 0, state_cache.shape[0] * state_cache.shape[1])
+    check_unique(kernel, "slot_mapping", valid)
+    check_values_in_range(kernel, "positions", positions[:slot_mapping.shape[0]][keep], 0, 2**63 - 1)
 
 
 def save_partial_states_reference(

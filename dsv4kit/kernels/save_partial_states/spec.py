@@ -20,6 +20,7 @@ from dsv4kit.jit import Immediate, JitKernel, kernel_launcher, zip_inputs
 from dsv4kit.kernels.save_partial_states.reference import (
     ARGS,
     check_save_partial_states_inputs,
+    check_save_partial_states_values,
     save_partial_states_reference,
 )
 
@@ -97,9 +98,7 @@ class SavePartialStatesBase(JitKernel["SavePartialStatesBase.CompileKey"]):
                                              kernel=self.name, debug_checks=False)
         self.check_device("state_cache", state_cache)
         if debug:
-            check_save_partial_states_inputs(kv, score, ape, positions, state_cache, slot_mapping,
-                                             state_block_size, state_width, compress_ratio,
-                                             kernel=self.name, debug_checks=True)
+            check_save_partial_states_values(self.name, positions, state_cache, slot_mapping)
         if t == 0:
             return Immediate(None)
         key = self.dispatch(state_width, compress_ratio, state_block_size)
