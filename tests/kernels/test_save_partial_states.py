@@ -27,8 +27,14 @@ from dsv4kit.kernels.save_partial_states.cases import (
     state_words,
 )
 from dsv4kit.kernels.save_partial_states.reference import save_partial_states_reference as ref
-from dsv4kit.kernels.save_partial_states.spec import FLASH_STATES, SavePartialStatesConfig
-from dsv4kit.kernels.save_partial_states.triton import SavePartialStatesTriton, state_operands
+from dsv4kit.kernels.save_partial_states.spec import (
+    FLASH_STATES,
+    GPU_ELEMS,
+    Address,
+    SavePartialStatesConfig,
+    state_operands,
+)
+from dsv4kit.kernels.save_partial_states.triton import SavePartialStatesTriton
 from dsv4kit.platform import cpu_platform, replace
 
 NAME = "SavePartialStatesTriton"
@@ -114,7 +120,7 @@ def test_gpu_launch_args_are_addresses_of_the_warmed_specialization(kernel) -> N
     for layout in ("slices", "unaligned"):
         c = make_case((512, 128, 8), 6, layout=layout, pooled=True)
         args = gpu.launch_args(*c.args()[:6], 6)
-        assert all(isinstance(a, k4_triton.Address) for a in args[:3])
+        assert all(isinstance(a, Address) for a in args[:3])
         lead = args[7]
         assert args[0].data_ptr() == c.kv.data_ptr() - 4 * lead and args[0].data_ptr() % 16 == 0
         assert args[4] is c.state_cache
@@ -128,7 +134,7 @@ def test_gpu_tiles_write_the_same_bytes(kernel, monkeypatch) -> None:
         want = case.fresh_state()
         kernel(*case.args(want))
         key = kernel.dispatch(*config)
-        for tok in (1, k4_triton._tokens(key, k4_triton.GPU_ELEMS)):
+        for tok in (1, k4_triton._tokens(key, GPU_ELEMS)):
             monkeypatch.setattr(SavePartialStatesTriton, "tokens_per_program", lambda self, key, tok=tok: tok)
             monkeypatch.setattr(SavePartialStatesTriton, "interpreter_constexprs",
                                 lambda self, key, tok=tok: {"TOK": tok})

@@ -10,8 +10,8 @@ tokens ``[b * TPC, (b + 1) * TPC) ∩ [0, T)``, ``TPC = max(1, THREADS * ITEMS /
 kv/score/ape load (items whose slot is < 0 load nothing), phase 3 adds and stores both halves
 of the state row. No load waits behind a store.
 
-Operands are the Triton backend's anchors (:func:`~dsv4kit.kernels.save_partial_states.triton.
-state_operands`): 1-D fp32 spans that start 16-byte aligned, a lead of 0..3 elements, runtime
+Operands are the anchors both backends launch with (:func:`~dsv4kit.kernels.save_partial_states.
+spec.state_operands`): 1-D fp32 spans that start 16-byte aligned, a lead of 0..3 elements, runtime
 int64 strides. With the host's ``vec_ok`` flag (leads 0, strides multiples of 4) each vector is
 one 16-byte access; otherwise the same items are moved element by element. One compile per key
 serves both, and slices, separate tensors and pooled caches alike.
@@ -30,8 +30,7 @@ from cutlass import Float32, Int32, Int64
 
 from dsv4kit.backends.cutedsl import CuTeDSLJitKernel, fake_stream, fake_tensor, sym
 from dsv4kit.kernels.cute_numerics import add_rn
-from dsv4kit.kernels.save_partial_states.spec import SavePartialStatesBase
-from dsv4kit.kernels.save_partial_states.triton import GPU_ELEMS, state_operands
+from dsv4kit.kernels.save_partial_states.spec import GPU_ELEMS, SavePartialStatesBase, state_operands
 
 __all__ = ["SavePartialStatesCuTeDSL", "launch_layout", "save_partial_states_host"]
 

@@ -33,28 +33,14 @@ import triton
 import triton.language as tl
 
 from dsv4kit.backends.triton import FromKey, Ptr, Runtime, TritonJitKernel
-from dsv4kit.errors import input_error
-from dsv4kit.kernels.save_partial_states.spec import SavePartialStatesBase
+from dsv4kit.kernels.save_partial_states.spec import GPU_ELEMS, SavePartialStatesBase, state_operands
 
-__all__ = [
-    "GPU_ELEMS",
-    "INTERPRETER_ELEMS",
-    "Address",
-    "SavePartialStatesTriton",
-    "flat_span",
-    "save_partial_states_kernel",
-    "state_operands",
-]
+__all__ = ["INTERPRETER_ELEMS", "SavePartialStatesTriton", "save_partial_states_kernel"]
 
-#: Elements per tensor a GPU program moves (tokens x columns), and its warps: 8 per thread, two
-#: 16-byte accesses per tensor. H200, T = 65536, SW 1024 / 512 / 256: 92.1 / 91.1 / 90.3 % of the
-#: copy bandwidth, against 91.7 / 90.8 / 89.4 % with 2048 elements and 92.3 / 90.7 / 89.5 % with 4096.
-GPU_ELEMS = 1024
 NUM_WARPS = 4
 #: The same under the CPU interpreter (each program instance costs Python time).
 INTERPRETER_ELEMS = 1 << 16
 
-_INT32_MAX = 2**31 - 1
 
 
 def _block(key: SavePartialStatesBase.CompileKey) -> int:
@@ -123,77 +109,6 @@ def save_partial_states_kernel(
     else:
         _store_rows(kv_ptr, score_ptr, ape_ptr, state_ptr, tok, slot, pos, ok, kv_lead, kv_stride, score_lead,
                     score_stride, ape_lead, ape_stride, block_stride, SW, R, SBS, BLOCK)
-
-
-class Address:
-    """A bare device address Triton can launch with (it reads only ``data_ptr()`` and ``dtype``).
-
-    The GPU launch passes these instead of anchor views: building four views costs ~20 us of
-    host time per call, an address costs nothing. The caller's tensors keep the memory alive.
-    """
-
-    __slots__ = ("_ptr", "dtype")
-
-    def __init__(self, ptr: int, dtype: torch.dtype) -> None:
-        self._ptr = ptr
-        self.dtype = dtype
-
-    def data_ptr(self) -> int:
-        return self._ptr
-
-    def __repr__(self) -> str:
-        return f"Address({self._ptr:#x}, {self.dtype})"
-
-
-def _lead(kernel: str, arg: str, x: torch.Tensor) -> int:
-    addr = x.data_ptr()
-    if addr % 4:
-        raise input_error(kernel, arg, "data_ptr % 4 == 0 (fp32 elements)", f"data_ptr % 4 == {addr % 4}")
-    lead = (addr % 16) // 4
-    if x.storage_offset() < lead:
-        raise input_error(kernel, arg, "a storage starting on a 16-byte boundary",
-                          f"storage data_ptr % 16 == {x.untyped_storage().data_ptr() % 16}")
-    return lead
-
-
-def flat_span(kernel: str, arg: str, x: torch.Tensor, rows: int, views: bool = True) -> tuple[Any, int]:
-    """``(anchor, lead)``: a 1-D view of the first ``rows`` rows of the 2-D fp32 ``x``, starting
-    at ``x``'s address rounded down to 16 bytes, and the number of elements rounded off (0..3).
-
-    Row ``r`` of ``x`` is ``anchor[lead + r * x.stride(0):][:x.shape[1]]``. The anchor reaches
-    before ``x`` into its own storage only (never past it), so both backends can declare it
-    16-byte aligned. Raises if ``x`` is not 4-byte aligned or its storage does not start on a
-    16-byte boundary (then no such view exists). ``views=False``: an :class:`Address` instead.
-    """
-    lead = _lead(kernel, arg, x)
-    if not views:
-        return Address(x.data_ptr() - 4 * lead, x.dtype), lead
-    span = (rows - 1) * x.stride(0) + x.shape[1] if rows else 0
-    return x.as_strided((lead + max(span, 1),), (1,), x.storage_offset() - lead), lead
-
-
-def state_operands(kernel: str, kv: torch.Tensor, score: torch.Tensor, ape: torch.Tensor,
-                   state_cache: torch.Tensor, t: int, views: bool = True) -> tuple[Any, ...]:
-    """The operands both backends launch with (after the spec's checks passed):
-    ``(kv, kv_lead, kv_stride, score, score_lead, score_stride, ape, ape_lead, ape_stride,
-    state_flat, block_stride, vec_ok)``; tensors are 1-D views, or :class:`Address` es with
-    ``views=False``. Guards the int32 range of T (the kernels index tokens in int32); every
-    other offset is int64 in the kernels."""
-    if t > _INT32_MAX:
-        raise input_error(kernel, "slot_mapping", f"at most {_INT32_MAX} tokens", t)
-    kv_a, kv_lead = flat_span(kernel, "kv", kv, t, views)
-    sc_a, sc_lead = flat_span(kernel, "score", score, t, views)
-    ape_a, ape_lead = flat_span(kernel, "ape", ape, ape.shape[0], views)
-    s0 = state_cache.stride(0)
-    if views:
-        nsb, sbs, row = state_cache.shape
-        state_span = (nsb - 1) * s0 + sbs * row if nsb else 0
-        state = state_cache.as_strided((max(state_span, 1),), (1,))   # data_ptr % 16 == 0: checked (§2.8)
-    else:
-        state = state_cache
-    kv_s, sc_s, ape_s = kv.stride(0), score.stride(0), ape.stride(0)
-    vec_ok = int(kv_lead == sc_lead == ape_lead == 0 and (kv_s | sc_s | ape_s | s0) % 4 == 0)
-    return (kv_a, kv_lead, kv_s, sc_a, sc_lead, sc_s, ape_a, ape_lead, ape_s, state, s0, vec_ok)
 
 
 class SavePartialStatesTriton(SavePartialStatesBase, TritonJitKernel["SavePartialStatesBase.CompileKey"]):
