@@ -165,11 +165,6 @@ class FamilySpec:
     def package(self) -> str:
         return f"dsv4kit.kernels.{self.name}"
 
-    @property
-    def spec(self) -> str:
-        """The spec's name for the family (the model stack's column heading)."""
-        return self.spec_id
-
     def __hash__(self) -> int:
         return hash(self.name)
 

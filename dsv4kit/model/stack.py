@@ -299,7 +299,7 @@ class DSv4AttentionStack:
                                  for r in regs)
             else:
                 what = "not used by this configuration"
-            lines.append(f"  {fam.spec} {fam.name}: {what}")
+            lines.append(f"  {fam.spec_id} {fam.name}: {what}")
         return "\n".join(lines)
 
     def clear_compiled(self) -> None:
