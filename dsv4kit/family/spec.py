@@ -231,6 +231,9 @@ class FamilySpec:
         bound.apply_defaults()
         values = dict(bound.arguments)
         options = {n: values.pop(n) for n in OP_OPTIONS}
+        if not isinstance(options["debug_checks"], bool | None):
+            raise input_error(self.op_name, "debug_checks", "True, False or None",
+                              repr(options["debug_checks"]))
         return check_args(self.op_name, self.args, values), options
 
     def call(self, *args: Any, **kwargs: Any) -> Any:

@@ -79,3 +79,14 @@ def test_bad_input_is_a_named_kernel_input_error(spec: FamilySpec, arg: str, kin
 @pytest.mark.parametrize("spec", families(), ids=lambda s: s.name)
 def test_the_valid_call_runs(spec: FamilySpec) -> None:
     spec.op(**VALID[spec.name](spec))
+
+
+@pytest.mark.parametrize("spec", families(), ids=lambda s: s.name)
+def test_the_common_options_are_checked(spec: FamilySpec) -> None:
+    valid = VALID[spec.name](spec)
+    with pytest.raises(KernelInputError, match=f"{spec.op_name}: debug_checks: expected True, False or"):
+        spec.op(**valid, debug_checks="yes")
+    with pytest.raises(KernelInputError, match="backend: expected one of cutedsl, triton or None, got 'cuda'"):
+        spec.op(**valid, backend="cuda")
+    with pytest.raises(KernelInputError, match=f"{spec.op_name}: platform: expected a dsv4kit Platform"):
+        spec.op(**valid, platform="sm_90a")
