@@ -86,7 +86,7 @@ def test_the_common_options_are_checked(spec: FamilySpec) -> None:
     valid = VALID[spec.name](spec)
     with pytest.raises(KernelInputError, match=f"{spec.op_name}: debug_checks: expected True, False or"):
         spec.op(**valid, debug_checks="yes")
-    with pytest.raises(KernelInputError, match="backend: expected one of cutedsl, triton or None, got .cuda."):
+    with pytest.raises(KernelInputError, match="backend: expected one of cutedsl, triton or None, got"):
         spec.op(**valid, backend="cuda")
     with pytest.raises(KernelInputError, match=f"{spec.op_name}: platform: expected a dsv4kit Platform"):
         spec.op(**valid, platform="sm_90a")
