@@ -2,7 +2,7 @@
 
 For each op: a valid call (from the family's cases), then, argument by argument, every kind of
 bad value that applies: a non-tensor, another dtype, one dim more or less, a ``meta`` tensor,
-a non-numeric or bool scalar. Each must raise :class:`KernelInputError` naming that argument,
+an innermost dim of non-unit stride, a non-numeric or bool scalar. Each must raise :class:`KernelInputError` naming that argument,
 before anything is launched (the state the op writes is unchanged); no other exception type.
 """
 
@@ -54,6 +54,9 @@ def _mutations(spec: FamilySpec, valid: dict) -> list[tuple[str, str, object]]:
                     out.append((a.name, "one dim less", v[0]))
                 out.append((a.name, "a meta tensor", torch.empty_strided(v.shape, v.stride(), dtype=v.dtype,
                                                                         device="meta")))
+                if v.numel() > 1:    # every argument's innermost dim has unit stride (spec §2.10)
+                    wide = torch.zeros((*v.shape[:-1], 2 * v.shape[-1]), dtype=v.dtype)
+                    out.append((a.name, "a non-unit inner stride", wide[..., ::2]))
         elif a.kind in ("int", "float"):
             out += [(a.name, "a string", "7"), (a.name, "a bool", True), (a.name, "a list", [1])]
         elif a.kind == "str":
