@@ -2,8 +2,9 @@
 
 For each op: a valid call (from the family's cases), then, argument by argument, every kind of
 bad value that applies: a non-tensor, another dtype, one dim more or less, a ``meta`` tensor,
-an innermost dim of non-unit stride, a non-numeric or bool scalar. Each must raise :class:`KernelInputError` naming that argument,
-before anything is launched (the state the op writes is unchanged); no other exception type.
+an innermost dim of non-unit stride, a non-numeric or bool scalar. Each must raise
+:class:`KernelInputError` naming that argument, before anything is launched (the state the op
+writes is unchanged); no other exception type.
 """
 
 from __future__ import annotations
