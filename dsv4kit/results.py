@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 # Kernel sources shared by every family, relative to the package directory.
 _SHARED_SOURCES = ("kernels/triton_numerics.py", "kernels/cute_numerics.py")
+_KERNEL_IMPORT = re.compile(r"\bdsv4kit\.kernels\.([a-z_0-9]+)")
 _VERSION_KEYS = ("python", "torch", "triton", "nvidia-cutlass-dsl", "apache-tvm-ffi", "cuda")
 # Top-level fields that are provenance in a record without a "provenance" object.
 _PROVENANCE_KEYS = ("date", "commit", "device", "arch", "sm", "sms", "memory_gib", "versions", "seed",
@@ -84,18 +86,41 @@ def not_found_message(relpath: str | Path | None = None, package_dir: Path | Non
 # --------------------------------------------------------------------------- kernel source hash
 
 
+def _folder(family: str, pkg: Path) -> Path:
+    from dsv4kit.kernels import FAMILY_FOLDERS
+
+    folder = pkg / "kernels" / FAMILY_FOLDERS.get(family, family)
+    if "/" in family or "\\" in family or family.startswith(".") or not (folder / "__init__.py").is_file():
+        known = sorted(p.name for p in (pkg / "kernels").iterdir() if (p / "__init__.py").is_file())
+        raise ValueError(f"unknown kernel family {family!r}; families: {', '.join(known)}")
+    return folder
+
+
+def _imported_folders(folder: Path) -> set[str]:
+    """The other kernel folders the ``.py`` files of ``folder`` import (``dsv4kit.kernels.<x>``)."""
+    names = set()
+    for f in folder.rglob("*.py"):
+        names.update(_KERNEL_IMPORT.findall(f.read_text(encoding="utf-8")))
+    return {n for n in names if (folder.parent / n / "__init__.py").is_file()} - {folder.name}
+
+
 def kernel_source_files(family: str, package_dir: Path | None = None) -> list[str]:
     """The files :func:`kernel_source_hash` covers, relative to the package directory, sorted.
 
-    Every ``.py`` file under ``kernels/<family>/``, ``kernels/triton_numerics.py``,
-    ``kernels/cute_numerics.py`` and ``backends/*.py``.
+    Every ``.py`` file under the family's folder ``kernels/<folder>/`` and under every kernel
+    folder it imports (transitively: the C4 compressors' hash covers the encoders they call),
+    ``kernels/triton_numerics.py``, ``kernels/cute_numerics.py`` and ``backends/*.py``.
+    ``family`` is a family name or a folder name.
     """
     pkg = package_dir or PACKAGE_DIR
-    family_dir = pkg / "kernels" / family
-    if "/" in family or "\\" in family or family.startswith(".") or not family_dir.is_dir():
-        known = sorted(p.name for p in (pkg / "kernels").iterdir() if (p / "__init__.py").is_file())
-        raise ValueError(f"unknown kernel family {family!r}; families: {', '.join(known)}")
-    files = [*family_dir.rglob("*.py"), *(pkg / "backends").glob("*.py"), *(pkg / s for s in _SHARED_SOURCES)]
+    todo, seen = [_folder(family, pkg)], set()
+    while todo:
+        folder = todo.pop()
+        if folder.name not in seen:
+            seen.add(folder.name)
+            todo += [folder.parent / n for n in _imported_folders(folder)]
+    files = [f for name in seen for f in (pkg / "kernels" / name).rglob("*.py")]
+    files += [*(pkg / "backends").glob("*.py"), *(pkg / s for s in _SHARED_SOURCES)]
     return sorted({f.relative_to(pkg).as_posix() for f in files if f.is_file()})
 
 

@@ -113,6 +113,8 @@ class FamilySpec:
     variant, ``DEFAULT_VARIANT``). ``device_arg``: the tensor whose device picks the backend
     (default: the first tensor argument). ``returns``: what the op returns, for its docs.
     ``model``: the model hooks, or None for a kernel that is not part of a DSv4 layer.
+    ``folder``: the family's folder under ``dsv4kit/kernels`` when it is not ``name`` (a folder
+    whose ops share one kernel core holds several specs, e.g. the three C4 compressors).
     """
 
     name: str
@@ -127,6 +129,7 @@ class FamilySpec:
     device_arg: str | None = None
     config_type: type | None = None
     model: ModelHooks | None = None
+    folder: str | None = None
     _kernels: dict[tuple[type, Platform], JitKernel] = field(default_factory=dict, compare=False, repr=False)
     _keys: dict[tuple[type, Any], list[Any]] = field(default_factory=dict, compare=False, repr=False)
 
@@ -163,7 +166,7 @@ class FamilySpec:
     # ------------------------------------------------------------------ identity
     @property
     def package(self) -> str:
-        return f"dsv4kit.kernels.{self.name}"
+        return f"dsv4kit.kernels.{self.folder or self.name}"
 
     def __hash__(self) -> int:
         return hash(self.name)
