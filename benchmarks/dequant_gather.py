@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """K3 dequantize-and-gather on a GPU: numerics, zero post-warmup compiles, bandwidth.
 
-    python3 benchmarks/dequant_gather.py --out DIR [--quick]
+    python3 benchmarks/dequant_gather.py --out DIR [--quick] [--graph-harness dsv4kit|triton]
 
 Writes to DIR:
 
@@ -16,7 +16,14 @@ Writes to DIR:
                       measured in the same run; also the PyTorch reference and ``torch.compile``
                       of it (events, no graphs: they synchronize) where they are affordable;
 * ``bandwidth.png``   GB/s against rows gathered, per backend and key;
-* ``provenance.json`` device, versions, date, commit.
+* ``provenance.json`` device, versions, date, commit, kernel source hash, timing harness;
+* ``summary.json``    copy ceiling, the largest point per implementation, status and seconds.
+
+Timing harness: ``dsv4kit.bench.bench_median_ms``, whose graph replays wait for the work queued
+on the current stream (the inputs of a point are created there just before it is timed).
+``--graph-harness triton`` times with ``triton.testing.do_bench_cudagraph`` instead, the harness
+before the fix, whose side stream does not wait: that is the full-sweep fault of NOTES.md, kept
+selectable only to reproduce it.
 
 Bytes model per gathered row: reads 448 code bytes + 128 rope bytes + 7 scale bytes, writes
 1024 bytes (512 bf16); plus one 4-byte block-table entry per page touched. (The kernels load the
@@ -71,10 +78,19 @@ def cutlass_available() -> tuple[bool, str]:
         return False, f"{type(exc).__name__}: {exc}"
 
 
+#: Which CUDA-graph timing ``bench_ms`` uses ("dsv4kit", or "triton" to reproduce the fault).
+GRAPH_HARNESS = "dsv4kit"
+
+
 def bench_ms(fn, device: str, quick: bool, graph: bool = True) -> float:
     """Median milliseconds of ``fn``: on a GPU the harness's CUDA-graph replay (no launch gaps)
     when ``graph``, else CUDA events with the L2 flushed before every run; wall clock on CPU."""
     if device == "cuda":
+        if graph and GRAPH_HARNESS == "triton":
+            import triton.testing
+
+            return float(triton.testing.do_bench_cudagraph(fn, rep=50 if quick else 200,
+                                                           return_mode="median"))
         if graph:
             from dsv4kit.bench import bench_median_ms
 
@@ -316,7 +332,8 @@ def section_bandwidth(ks, device: str, quick: bool, out_dir: Path) -> tuple[list
                                      "median_us": ms * 1e3, "GBps": gbps,
                                      "fraction_of_copy": gbps / copy_gbps,
                                      "median_us_events_l2_flushed": cold * 1e3,
-                                     "timing": "cuda-graph replay" if is_kernel and device == "cuda"
+                                     "timing": f"cuda-graph replay ({GRAPH_HARNESS})"
+                                     if is_kernel and device == "cuda"
                                      else ("events" if device == "cuda" else "cpu wall clock"),
                                      "error": err})
                 del args
@@ -362,8 +379,13 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="a smaller sweep")
     ap.add_argument("--cases", type=int, default=60, help="random numerics cases (>= 50)")
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny run under the Triton interpreter")
+    ap.add_argument("--graph-harness", choices=["dsv4kit", "triton"], default="dsv4kit",
+                    help="CUDA-graph timing: dsv4kit.bench (default) or triton's do_bench_cudagraph "
+                         "(the harness before the fix; only to reproduce the full-sweep fault)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
+    global GRAPH_HARNESS
+    GRAPH_HARNESS = a.graph_harness
 
     from dsv4kit.platform import current_platform
 
@@ -374,9 +396,18 @@ def main() -> int:
     device = "cuda" if platform.is_cuda else "cpu"
     ok, _ = cutlass_available()
     from dsv4kit.bench import provenance
+    from dsv4kit.results import kernel_source_files, kernel_source_hash
 
-    prov = provenance({"kernel": "dequantize_and_gather_k_cache (K3)", "arch": platform.arch,
-                       "cutlass_importable": ok, "live": True, "cpu_smoke": a.cpu_smoke})
+    prov = provenance({"kernel": "dequantize_and_gather_k_cache (K3)", "family": "dequant_gather",
+                       "kernel_source_hash": kernel_source_hash("dequant_gather"),
+                       "kernel_source_files": kernel_source_files("dequant_gather"),
+                       "arch": platform.arch, "cutlass_importable": ok, "live": True,
+                       "cpu_smoke": a.cpu_smoke, "quick": a.quick,
+                       "launch_blocking": os.environ.get("CUDA_LAUNCH_BLOCKING", "0"),
+                       "graph_harness": ("dsv4kit.bench.bench_median_ms" if a.graph_harness == "dsv4kit"
+                                         else "triton.testing.do_bench_cudagraph"),
+                       "copy_ceiling": "dsv4kit.bench.copy_bandwidth_gbs: triton.testing.do_bench "
+                                       "median of dst.copy_(src), read + write bytes"})
     (a.out / "provenance.json").write_text(json.dumps(prov, indent=1))
     log(json.dumps(prov))
     t0 = time.perf_counter()
@@ -386,6 +417,9 @@ def main() -> int:
 
     status = 0
     summary: dict = {}
+    rows: list[dict] = []
+    copy_gbps = float("nan")
+    bandwidth_error = None
     for name, fn in (("numerics", lambda: section_numerics(ks, device, a.cases if device == "cuda" else 6)),
                      ("coverage", lambda: section_coverage(ks, platform))):
         try:
@@ -405,14 +439,35 @@ def main() -> int:
             log(f"{key:>12} {r['nreq']:>5} {r['rows_per_request']:>8} {r['impl']:>26} {r['median_us']:>9.1f} "
                 f"{r['GBps']:>7.0f} {r['fraction_of_copy']:>7.2f}")
     except Exception:
-        log(traceback.format_exc())
+        bandwidth_error = traceback.format_exc()
+        log(bandwidth_error)
         status = 1
     ok_num = all(r.get("exact") == r.get("cases") for r in summary.get("numerics", {}).values()
                  if isinstance(r, dict))
     ok_cov = all(isinstance(r, dict) and r.get("compiles_after_warmup") == 0 and not r.get("error")
                  and not r.get("missed") for r in summary.get("coverage", {}).values())
-    log(f"\nnumerics exact: {ok_num}; zero compiles after warmup: {ok_cov}; "
-        f"total {time.perf_counter() - t0:.0f}s; results in {a.out}")
+    total_s = time.perf_counter() - t0
+    if any(r["error"] for r in rows):
+        status = 1   # a point that raised while timing is not a completed sweep
+    largest: dict = {}
+    for r in rows:
+        if r["impl"] in ks and (r["impl"] not in largest or r["rows"] > largest[r["impl"]]["rows"]
+                                or (r["rows"] == largest[r["impl"]]["rows"]
+                                    and r["GBps"] > largest[r["impl"]]["GBps"])):
+            largest[r["impl"]] = r
+    (a.out / "summary.json").write_text(json.dumps({
+        "copy_GBps": copy_gbps, "sweep_points": len(rows),
+        "timing_errors": [r for r in rows if r["error"]],
+        "largest_point_best_key": {k: {f: r[f] for f in ("block_size", "has_gather_lens", "nreq",
+                                                         "rows_per_request", "GBps", "fraction_of_copy",
+                                                         "median_us")} for k, r in largest.items()},
+        "numerics_exact": ok_num, "zero_compiles_after_warmup": ok_cov,
+        "sweep_complete": bandwidth_error is None and not any(r["error"] for r in rows),
+        "bandwidth_error": bandwidth_error, "seconds": total_s, "graph_harness": a.graph_harness,
+    }, indent=1, default=str))
+    complete = bandwidth_error is None and not any(r["error"] for r in rows)
+    log(f"\nnumerics exact: {ok_num}; zero compiles after warmup: {ok_cov}; sweep complete: {complete}; "
+        f"total {total_s:.0f}s; results in {a.out}")
     return status if (ok_num and ok_cov) else 1
 
 
