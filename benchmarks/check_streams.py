@@ -70,15 +70,22 @@ class StreamCall:
     poison: Callable[[torch.Tensor], None] = torch.Tensor.zero_
 
 
+#: How the ops were reached (recorded in the provenance).
+OP_SOURCE: dict[str, str] = {}
+
+
 def _op(name: str):
     """The public op ``dsv4kit.ops.<name>`` (through its family spec, the same object, when the
     ops module cannot import every family of the tree)."""
     try:
         import dsv4kit.ops as ops
 
+        OP_SOURCE[name] = "dsv4kit.ops"
         return getattr(ops, name)
-    except Exception:
+    except Exception as exc:
         from dsv4kit.kernels import family
+
+        OP_SOURCE[name] = f"FamilySpec.op (dsv4kit.ops did not import: {type(exc).__name__}: {exc})"
 
         for fam in ("indexer_q", "dequant_gather", "save_partial_states", "rowquant"):
             spec = family(fam)
@@ -406,6 +413,7 @@ def main() -> int:
     print(f"\n{len(rows)} checks, {n_fail} not passed: {'STREAMS OK' if n_fail == 0 else 'STREAMS WRONG'}")
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
+        prov["op_source"] = OP_SOURCE
         (a.out / "streams.json").write_text(json.dumps({"provenance": prov, "checks": rows,
                                                         "failed": n_fail}, indent=1))
         write_md(a.out / "streams.md", rows, prov)
