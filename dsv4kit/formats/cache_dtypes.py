@@ -12,7 +12,8 @@ import torch
 
 from dsv4kit.errors import input_error
 
-__all__ = ["CACHE_DTYPES", "INDEXER_CACHE_DTYPES", "ROPE_CACHE_DTYPES", "normalize_cache_dtype"]
+__all__ = ["CACHE_DTYPES", "INDEXER_CACHE_DTYPES", "NORM_WEIGHT_DTYPES", "ROPE_CACHE_DTYPES",
+           "normalize_cache_dtype"]
 
 #: KV cache dtype string -> canonical kind.
 CACHE_DTYPES: dict[str, str] = {
@@ -27,6 +28,8 @@ CACHE_DTYPES: dict[str, str] = {
 INDEXER_CACHE_DTYPES = ("fp8", "mxfp4")
 #: dtype of the RoPE cos/sin caches at runtime: fp32 as built, bf16 after a module-wide cast (trap 1).
 ROPE_CACHE_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+#: dtype of the compressors' RMSNorm weights: the model dtype, or fp32 when kept in fp32 (trap 9).
+NORM_WEIGHT_DTYPES: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def normalize_cache_dtype(value: object, where: str = "cache_dtype") -> str:

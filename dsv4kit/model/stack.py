@@ -32,6 +32,7 @@ from dsv4kit.family import Call, FamilySpec, TensorSpec
 from dsv4kit.formats.cache_dtypes import (
     CACHE_DTYPES,
     INDEXER_CACHE_DTYPES,
+    NORM_WEIGHT_DTYPES,
     ROPE_CACHE_DTYPES,
     normalize_cache_dtype,
 )
@@ -147,7 +148,9 @@ class DSv4AttentionStack:
     cos/sin caches have (``float32`` as built, ``bfloat16`` after a module-wide cast);
     ``warmup_cos_sin_dtypes``: the dtypes warmup covers (both, trap 1). ``cuda_graphs``: decode
     batches are padded to captured sizes up to ``max_cuda_graph_size``. ``backend`` forces one
-    backend for every family (checked by ``select_backend``).
+    backend for every family (checked by ``select_backend``). ``norm_weight_dtype``: the dtype of
+    the compressors' RMSNorm weights (default the model dtype; ``float32`` when kept in fp32,
+    trap 9).
 
     Inside an active registry the registrations reach it; ``self.registry`` always holds this
     stack's own (so ``stack.registry.warmup()`` warms exactly what this runtime needs).
@@ -169,6 +172,7 @@ class DSv4AttentionStack:
         cuda_graphs: bool = True,
         max_cuda_graph_size: int = 512,
         backend: str | None = None,
+        norm_weight_dtype: str = "bfloat16",
         families: Sequence[FamilySpec] = FAMILIES,
     ) -> None:
         self.preset = resolve_preset(preset)
@@ -204,6 +208,10 @@ class DSv4AttentionStack:
         if backend is not None and backend not in BACKENDS:
             raise input_error(STACK, "backend", f"one of {', '.join(BACKENDS)} or None", repr(backend))
         self.backend = backend
+        if norm_weight_dtype not in NORM_WEIGHT_DTYPES:
+            raise input_error(STACK, "norm_weight_dtype", f"one of {', '.join(NORM_WEIGHT_DTYPES)}",
+                              repr(norm_weight_dtype))
+        self.norm_weight_dtype = norm_weight_dtype
         self.families = tuple(families)
 
         self.registry = WarmupRegistry()

@@ -26,13 +26,15 @@ from dsv4kit.formats import (
     read_indexer_entries,
     read_plain_rows,
 )
-from dsv4kit.kernels.compressor import (
+from dsv4kit.kernels.c4_compress.reference import (
     c4_compress_ds_mla_reference,
     c4_compress_plain_reference,
+    indexer_compress_reference,
+)
+from dsv4kit.kernels.compressor import (
     c128_compress_reference,
     c128_norm_rope_store_ds_mla_reference,
     c128_norm_rope_store_plain_reference,
-    indexer_compress_reference,
 )
 
 SENT = 0xA5

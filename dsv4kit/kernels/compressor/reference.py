@@ -1,4 +1,5 @@
-"""PyTorch references of the compressors K5, K6, K7, K8a, K8b, K9 (§2.8, §2.9, §3).
+"""PyTorch references of the C128 compressors K7, K8a, K8b, and the pieces every compressor shares
+(§2.8, §2.9, §3); the C4 compressors K5, K6, K9 are in :mod:`dsv4kit.kernels.c4_compress`.
 
 Every compressor is "compute an fp32 row y" (pool -> rmsnorm -> rope at the compressed position)
 followed by "encode y" with the store hooks' encoders. Pooling, softmax and norm run in fp32
@@ -21,7 +22,6 @@ from dsv4kit.formats.checks import (
     check_values_in_range,
 )
 from dsv4kit.formats.ds_mla import DS_HEAD_DIM, check_ds_cache, enc_ds, write_ds_entries
-from dsv4kit.formats.indexer_cache import IDX_HEAD_DIM, check_indexer_cache, write_indexer_rows
 from dsv4kit.formats.plain_row import check_fp8_scale, check_plain_cache, write_plain_rows
 from dsv4kit.formats.rope import ROPE_DIM, compressed_position, rope_rotate
 from dsv4kit.formats.state_cache import check_state_cache, pool_windows, rmsnorm, window_rows
@@ -30,14 +30,14 @@ __all__ = [
     "C128_STATE_BLOCK_SIZE",
     "check_compressor_inputs",
     "check_norm_rope_inputs",
+    "check_rope_rows",
+    "check_window_rows",
     "compress_rows",
     "norm_rope_rows",
-    "c4_compress_ds_mla_reference",
-    "c4_compress_plain_reference",
+    "selected_tokens",
     "c128_compress_reference",
     "c128_norm_rope_store_ds_mla_reference",
     "c128_norm_rope_store_plain_reference",
-    "indexer_compress_reference",
 ]
 
 C128_STATE_BLOCK_SIZE = 8
@@ -106,7 +106,7 @@ def check_norm_rope_inputs(
     return eps
 
 
-def _selected(
+def selected_tokens(
     kernel: str,
     positions: torch.Tensor,
     slot_mapping: torch.Tensor,
@@ -114,7 +114,10 @@ def _selected(
     ratio: int,
     kv_capacity: int | None,
 ) -> torch.Tensor:
-    """Indices of tokens that produce an entry: slot >= 0, boundary, kv slot >= 0 (if any)."""
+    """Indices of tokens that produce an entry: slot >= 0, boundary, kv slot >= 0 (if any).
+
+    Checks (device reads) live positions >= 0 and the kv slots of those tokens: unique, in range.
+    """
     live = slot_mapping >= 0
     check_values_in_range(kernel, "positions", positions[live], 0, 2**63 - 1)
     sel = live & ((positions + 1) % ratio == 0)
@@ -152,6 +155,21 @@ def compress_rows(
     return pool_windows(k, s)
 
 
+def check_window_rows(kernel: str, state_cache: torch.Tensor, block_table: torch.Tensor, req: torch.Tensor,
+                      positions: torch.Tensor, ratio: int, overlap: bool, head_dim: int) -> None:
+    """The debug checks of :func:`compress_rows` without the pooling: request rows, the window's
+    block-table columns and entries in range."""
+    check_values_in_range(kernel, "token_to_req", req, 0, block_table.shape[0])
+    window_rows(state_cache, block_table, req.to(torch.int64), positions, ratio, overlap, head_dim,
+                kernel=kernel)
+
+
+def check_rope_rows(kernel: str, positions: torch.Tensor, ratio: int, cos_sin_cache: torch.Tensor) -> None:
+    """The rope rows ``(p // R) * R`` of the selected tokens are rows of the cache (debug check)."""
+    rows = compressed_position(positions, ratio)
+    check_values_in_range(kernel, "positions (rope row (p // R) * R)", rows, 0, cos_sin_cache.shape[0])
+
+
 def norm_rope_rows(
     kernel: str,
     c: torch.Tensor,
@@ -163,158 +181,8 @@ def norm_rope_rows(
 ) -> torch.Tensor:
     """``y = [n[:-64], rope_fwd(n[-64:], row (p // R) * R)]`` with ``n = rmsnorm(c)`` (fp32, not bf16)."""
     n = rmsnorm(c, rms_norm_weight, eps)
-    rows = compressed_position(positions, ratio)
-    check_values_in_range(kernel, "positions (rope row (p // R) * R)", rows, 0, cos_sin_cache.shape[0])
-    return rope_rotate(n, cos_sin_cache[rows])
-
-
-def _c4_rows(
-    kernel: str,
-    state_cache: torch.Tensor,
-    token_to_req: torch.Tensor,
-    positions: torch.Tensor,
-    block_table: torch.Tensor,
-    rms_norm_weight: torch.Tensor,
-    eps: float,
-    cos_sin_cache: torch.Tensor,
-    idx: torch.Tensor,
-    head_dim: int,
-) -> torch.Tensor:
-    p = positions[idx]
-    c = compress_rows(kernel, state_cache, block_table, token_to_req[idx], p, 4, True, head_dim)
-    return norm_rope_rows(kernel, c, p, 4, rms_norm_weight, eps, cos_sin_cache)
-
-
-# --------------------------------------------------------------------------- K5 / K6
-
-
-def c4_compress_ds_mla_reference(
-    state_cache: torch.Tensor,
-    token_to_req: torch.Tensor,
-    positions: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    block_table: torch.Tensor,
-    state_block_size: int,
-    rms_norm_weight: torch.Tensor,
-    rms_norm_eps: float,
-    cos_sin_cache: torch.Tensor,
-    k_cache: torch.Tensor,
-    kv_slot_mapping: torch.Tensor,
-) -> None:
-    """K5: C4 pool (overlapping 8-row window, D 512) -> RMSNorm -> RoPE -> E1 -> fp8_ds_mla store."""
-    kernel = "c4_compress_ds_mla"
-    t = check_compressor_inputs(
-        kernel,
-        state_cache,
-        token_to_req,
-        positions,
-        slot_mapping,
-        block_table,
-        state_block_size,
-        2 * DS_HEAD_DIM,
-    )
-    eps = check_norm_rope_inputs(kernel, rms_norm_weight, rms_norm_eps, cos_sin_cache, DS_HEAD_DIM)
-    check_ds_cache(kernel, "k_cache", k_cache)
-    check_per_token(kernel, "kv_slot_mapping", kv_slot_mapping, torch.int64, t)
-    check_same_device(
-        kernel,
-        {
-            "state_cache": state_cache,
-            "token_to_req": token_to_req,
-            "positions": positions,
-            "slot_mapping": slot_mapping,
-            "block_table": block_table,
-            "rms_norm_weight": rms_norm_weight,
-            "cos_sin_cache": cos_sin_cache,
-            "k_cache": k_cache,
-            "kv_slot_mapping": kv_slot_mapping,
-        },
-    )
-    if t == 0:
-        return
-    cap = k_cache.shape[0] * k_cache.shape[1]
-    idx = _selected(kernel, positions, slot_mapping, kv_slot_mapping, 4, cap)
-    if idx.numel() == 0:
-        return
-    y = _c4_rows(
-        kernel,
-        state_cache,
-        token_to_req,
-        positions,
-        block_table,
-        rms_norm_weight,
-        eps,
-        cos_sin_cache,
-        idx,
-        DS_HEAD_DIM,
-    )
-    write_ds_entries(k_cache, kv_slot_mapping[idx], enc_ds(y))
-
-
-def c4_compress_plain_reference(
-    state_cache: torch.Tensor,
-    token_to_req: torch.Tensor,
-    positions: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    block_table: torch.Tensor,
-    state_block_size: int,
-    rms_norm_weight: torch.Tensor,
-    rms_norm_eps: float,
-    cos_sin_cache: torch.Tensor,
-    kv_cache: torch.Tensor,
-    kv_slot_mapping: torch.Tensor,
-    fp8_scale: torch.Tensor | None = None,
-) -> None:
-    """K6: as K5 up to y, then E2 (bf16 cache) or E3 (e4m3 cache with ``fp8_scale[0]``) plain-row store."""
-    kernel = "c4_compress_plain"
-    t = check_compressor_inputs(
-        kernel,
-        state_cache,
-        token_to_req,
-        positions,
-        slot_mapping,
-        block_table,
-        state_block_size,
-        2 * DS_HEAD_DIM,
-    )
-    eps = check_norm_rope_inputs(kernel, rms_norm_weight, rms_norm_eps, cos_sin_cache, DS_HEAD_DIM)
-    check_plain_cache(kernel, "kv_cache", kv_cache)
-    check_per_token(kernel, "kv_slot_mapping", kv_slot_mapping, torch.int64, t)
-    check_same_device(
-        kernel,
-        {
-            "state_cache": state_cache,
-            "token_to_req": token_to_req,
-            "positions": positions,
-            "slot_mapping": slot_mapping,
-            "block_table": block_table,
-            "rms_norm_weight": rms_norm_weight,
-            "cos_sin_cache": cos_sin_cache,
-            "kv_cache": kv_cache,
-            "kv_slot_mapping": kv_slot_mapping,
-            "fp8_scale": fp8_scale,
-        },
-    )
-    check_fp8_scale(kernel, kv_cache, fp8_scale)
-    if t == 0:
-        return
-    cap = kv_cache.shape[0] * kv_cache.shape[1]
-    idx = _selected(kernel, positions, slot_mapping, kv_slot_mapping, 4, cap)
-    if idx.numel() == 0:
-        return
-    y = _c4_rows(
-        kernel,
-        state_cache,
-        token_to_req,
-        positions,
-        block_table,
-        rms_norm_weight,
-        eps,
-        cos_sin_cache,
-        idx,
-        DS_HEAD_DIM,
-    )
-    write_plain_rows(kv_cache, kv_slot_mapping[idx], y, fp8_scale)
+    check_rope_rows(kernel, positions, ratio, cos_sin_cache)
+    return rope_rotate(n, cos_sin_cache[compressed_position(positions, ratio)])
 
 
 # --------------------------------------------------------------------------- K7
@@ -370,7 +238,7 @@ def c128_compress_reference(
     compressed_kv = out[:t]
     if t == 0:
         return compressed_kv
-    idx = _selected(kernel, positions, slot_mapping, None, 128, None)
+    idx = selected_tokens(kernel, positions, slot_mapping, None, 128, None)
     if idx.numel():
         compressed_kv[idx] = compress_rows(
             kernel, state_cache, block_table, token_to_req[idx], positions[idx], 128, False, DS_HEAD_DIM
@@ -446,7 +314,7 @@ def c128_norm_rope_store_ds_mla_reference(
     )
     if t == 0:
         return
-    idx = _selected(
+    idx = selected_tokens(
         kernel, positions, slot_mapping, kv_slot_mapping, 128, k_cache.shape[0] * k_cache.shape[1]
     )
     if idx.numel() == 0:
@@ -495,78 +363,10 @@ def c128_norm_rope_store_plain_reference(
     check_fp8_scale(kernel, kv_cache, fp8_scale)
     if t == 0:
         return
-    idx = _selected(
+    idx = selected_tokens(
         kernel, positions, slot_mapping, kv_slot_mapping, 128, kv_cache.shape[0] * kv_cache.shape[1]
     )
     if idx.numel() == 0:
         return
     y = norm_rope_rows(kernel, compressed_kv[idx], positions[idx], 128, rms_norm_weight, eps, cos_sin_cache)
     write_plain_rows(kv_cache, kv_slot_mapping[idx], y, fp8_scale)
-
-
-# --------------------------------------------------------------------------- K9
-
-
-def indexer_compress_reference(
-    state_cache: torch.Tensor,
-    token_to_req: torch.Tensor,
-    positions: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    block_table: torch.Tensor,
-    state_block_size: int,
-    rms_norm_weight: torch.Tensor,
-    rms_norm_eps: float,
-    cos_sin_cache: torch.Tensor,
-    k_cache: torch.Tensor,
-    kv_slot_mapping: torch.Tensor,
-    use_fp4_cache: bool,
-) -> None:
-    """K9: C4 pool (D 128) -> RMSNorm -> RoPE on dims [64, 128) -> E4 (FP8) or E5 (MXFP4) store (§2.7)."""
-    kernel = "indexer_compress"
-    t = check_compressor_inputs(
-        kernel,
-        state_cache,
-        token_to_req,
-        positions,
-        slot_mapping,
-        block_table,
-        state_block_size,
-        2 * IDX_HEAD_DIM,
-    )
-    eps = check_norm_rope_inputs(kernel, rms_norm_weight, rms_norm_eps, cos_sin_cache, IDX_HEAD_DIM)
-    check_indexer_cache(kernel, "k_cache", k_cache)
-    check_per_token(kernel, "kv_slot_mapping", kv_slot_mapping, torch.int64, t)
-    if not isinstance(use_fp4_cache, bool):
-        raise input_error(kernel, "use_fp4_cache", "a bool", type(use_fp4_cache).__name__)
-    check_same_device(
-        kernel,
-        {
-            "state_cache": state_cache,
-            "token_to_req": token_to_req,
-            "positions": positions,
-            "slot_mapping": slot_mapping,
-            "block_table": block_table,
-            "rms_norm_weight": rms_norm_weight,
-            "cos_sin_cache": cos_sin_cache,
-            "k_cache": k_cache,
-            "kv_slot_mapping": kv_slot_mapping,
-        },
-    )
-    if t == 0:
-        return
-    idx = _selected(kernel, positions, slot_mapping, kv_slot_mapping, 4, k_cache.shape[0] * k_cache.shape[1])
-    if idx.numel() == 0:
-        return
-    y = _c4_rows(
-        kernel,
-        state_cache,
-        token_to_req,
-        positions,
-        block_table,
-        rms_norm_weight,
-        eps,
-        cos_sin_cache,
-        idx,
-        IDX_HEAD_DIM,
-    )
-    write_indexer_rows(k_cache, kv_slot_mapping[idx], y, use_fp4_cache)

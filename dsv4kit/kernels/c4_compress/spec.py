@@ -1,0 +1,486 @@
+"""K5, K6, K9, the C4 compressors: their contracts, the operands both backends launch with, their
+place in a DSv4 C4 layer, and one family spec per op.
+
+The three share one pooling core per backend (window of 8, softmax, RMSNorm, RoPE) and differ
+in the head (512 or 128) and the encoder, both read from the CompileKey. Keys carry only what
+changes code (spec K5, K6, K9): fixed fields (validated) and the norm weight dtype (trap 9),
+plus ``store_full_fp8`` (K6) or ``use_fp4_cache`` (K9; trap 8: nothing else, not the state or
+cache block sizes). T, the state block size, kv_bs, every stride and the page stride are
+runtime values.
+
+Registration gates (spec §2.11): K5 iff B > 0, 4 in ratios and cache dtype fp8_ds_mla; K6 iff 4
+in ratios and a plain-row cache dtype (``store_full_fp8`` from the one dtype-string map, trap
+3); K9 iff 4 in ratios (FP8 or MXFP4 from the indexer cache dtype).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from dsv4kit.errors import input_error
+from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, ModelHooks, Site, TensorSpec, Variant
+from dsv4kit.family.calls import LAUNCH_POOL_PAGES
+from dsv4kit.formats.cache_dtypes import INDEXER_CACHE_DTYPES, NORM_WEIGHT_DTYPES, normalize_cache_dtype
+from dsv4kit.formats.ds_mla import DS_ENTRY_BYTES, DS_HEAD_DIM, allocate_ds_cache, ds_min_page_stride
+from dsv4kit.formats.indexer_cache import IDX_ENTRY_BYTES, IDX_HEAD_DIM, allocate_indexer_cache
+from dsv4kit.formats.plain_row import allocate_plain_cache
+from dsv4kit.formats.state_cache import allocate_state_cache
+from dsv4kit.jit import Immediate, JitKernel, Like, WarmupChoices, fixed, kernel_launcher
+from dsv4kit.kernels.c4_compress.reference import (
+    ARGS,
+    RATIO,
+    c4_compress_ds_mla_reference,
+    c4_compress_plain_reference,
+    check_c4_inputs,
+    check_c4_values,
+    indexer_compress_reference,
+)
+from dsv4kit.kernels.encoders.reference import check_aligned
+from dsv4kit.kernels.encoders.spec import StoreOperands, cache_operands
+
+__all__ = [
+    "SPECS",
+    "C4CompressBase",
+    "C4CompressConfig",
+    "C4CompressDsMlaBase",
+    "C4CompressPlainBase",
+    "CompressOperands",
+    "IndexerCompressBase",
+    "compress_operands",
+]
+
+_I32 = 2**31
+
+
+@dataclass(frozen=True)
+class C4CompressConfig:
+    """The warmup inputs the C4 compressors read (spec §2.11); defaults: DSv4-Flash."""
+
+    cache_block_size: int = 256
+    compress_ratios: tuple[int, ...] = (4, 128)
+    cache_dtype: str = "fp8_ds_mla"
+    indexer_cache_dtype: str = "fp8"
+    norm_weight_dtype: str = "bfloat16"
+
+    def __post_init__(self) -> None:
+        where = "C4CompressConfig"
+        b = self.cache_block_size
+        if isinstance(b, bool) or not isinstance(b, int) or b < 0:
+            raise input_error(where, "cache_block_size", "an int >= 0", repr(b))
+        if not isinstance(self.compress_ratios, Iterable) or not all(
+                isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in self.compress_ratios):
+            raise input_error(where, "compress_ratios", "ints >= 0", repr(self.compress_ratios))
+        normalize_cache_dtype(self.cache_dtype, where)
+        if self.indexer_cache_dtype not in INDEXER_CACHE_DTYPES:
+            raise input_error(where, "indexer_cache_dtype", "'fp8' or 'mxfp4'", repr(self.indexer_cache_dtype))
+        if self.norm_weight_dtype not in NORM_WEIGHT_DTYPES:
+            raise input_error(where, "norm_weight_dtype", f"one of {', '.join(NORM_WEIGHT_DTYPES)}",
+                              repr(self.norm_weight_dtype))
+
+    @property
+    def has_c4(self) -> bool:
+        return RATIO in self.compress_ratios
+
+    @property
+    def kv_kind(self) -> str:
+        """``"fp8_ds_mla"``, ``"fp8"`` or ``"bfloat16"`` (the one map of trap 3)."""
+        return normalize_cache_dtype(self.cache_dtype, "C4CompressConfig")
+
+
+@dataclass(frozen=True)
+class CompressOperands:
+    """What both backends launch with besides the caller's per-token arrays (after the checks).
+
+    ``state``: a 1-D fp32 view of the state cache from its first block (16-byte aligned, §2.8);
+    ``block_stride``: elements between state blocks; ``sbs``: rows per block; ``bt_stride``:
+    elements between block-table rows; ``eps``: fp32-rounded by the kernels; ``store``: where the
+    encoded rows go (:class:`~dsv4kit.kernels.encoders.spec.StoreOperands`).
+    """
+
+    state: torch.Tensor
+    block_stride: int
+    sbs: int
+    bt_stride: int
+    eps: float
+    store: StoreOperands
+
+
+def compress_operands(kernel: str, state_cache: torch.Tensor, block_table: torch.Tensor, cache: torch.Tensor,
+                      fp8_scale: torch.Tensor | None, eps: float, t: int) -> CompressOperands:
+    """The :class:`CompressOperands` of a checked call of ``t`` tokens."""
+    if t >= _I32:
+        raise input_error(kernel, "positions", f"fewer than {_I32} tokens", t)
+    nsb, sbs, row = state_cache.shape
+    span = (nsb - 1) * state_cache.stride(0) + sbs * row if nsb else 1
+    state = state_cache.as_strided((max(span, 1),), (1,))
+    return CompressOperands(state, state_cache.stride(0), sbs, block_table.stride(0) if block_table.dim() else 0,
+                            eps, cache_operands(cache, fp8_scale, state))
+
+
+class C4CompressBase(JitKernel[Any]):
+    """What K5, K6 and K9 share: the call (checks, T == 0, dispatch, operands). Each op class adds
+    its CompileKey, dispatch and warmup keys; a backend class :meth:`launch_args` and the kernel."""
+
+    #: The op name (its argument table in :data:`~dsv4kit.kernels.c4_compress.reference.ARGS`).
+    op_name: ClassVar[str]
+    #: The head D the op pools (512 or 128).
+    head: ClassVar[int]
+
+    def launch_args(self, key: Any, token_to_req: torch.Tensor, positions: torch.Tensor,
+                    slot_mapping: torch.Tensor, block_table: torch.Tensor, rms_norm_weight: torch.Tensor,
+                    cos_sin_cache: torch.Tensor, kv_slot_mapping: torch.Tensor, ops: CompressOperands,
+                    t: int) -> tuple[Any, ...]:
+        """The executor's arguments (per backend)."""
+        raise NotImplementedError
+
+    def _compress(self, key_args: dict[str, Any], state_cache: torch.Tensor, token_to_req: torch.Tensor,
+                  positions: torch.Tensor, slot_mapping: torch.Tensor, block_table: torch.Tensor,
+                  state_block_size: int, rms_norm_weight: torch.Tensor, rms_norm_eps: float,
+                  cos_sin_cache: torch.Tensor, cache: torch.Tensor, kv_slot_mapping: torch.Tensor,
+                  fp8_scale: torch.Tensor | None, use_fp4_cache: bool | None, debug_checks: bool | None) -> Any:
+        debug = (not self.platform.is_cuda) if debug_checks is None else debug_checks
+        t, eps = check_c4_inputs(self.name, self.op_name, state_cache, token_to_req, positions, slot_mapping,
+                                 block_table, state_block_size, rms_norm_weight, rms_norm_eps, cos_sin_cache,
+                                 cache, kv_slot_mapping, fp8_scale, use_fp4_cache)
+        self.check_device("state_cache", state_cache)
+        if self.op_name == "c4_compress_plain":
+            check_aligned(self.name, "kv_cache", cache, 16)    # the kernels store 16-byte vectors
+        if debug:
+            check_c4_values(self.name, state_cache, token_to_req, positions, slot_mapping, block_table,
+                            cos_sin_cache, cache, kv_slot_mapping, self.head, fp8_scale)
+        if t == 0:
+            return Immediate(None)
+        key = self.dispatch(**key_args)
+        ops = compress_operands(self.name, state_cache, block_table, cache, fp8_scale, eps, t)
+        args = self.launch_args(key, token_to_req, positions, slot_mapping, block_table, rms_norm_weight,
+                                cos_sin_cache, kv_slot_mapping, ops, t)
+        return key, args, None, _none
+
+    @staticmethod
+    def applies(config: C4CompressConfig) -> bool:
+        """Whether a runtime of ``config`` calls this op (its warmup and registration gate)."""
+        raise NotImplementedError
+
+    def _norm_weight_keys(self, config: C4CompressConfig, **cache: Any) -> list[Any]:
+        """Keys traced from ``dispatch`` for the config's norm weight dtype (and ``cache`` inputs)."""
+        sw = 2 * self.head
+        return self.trace(rms_norm_weight=Like(shape=(self.head,), dtype=WarmupChoices(
+                              NORM_WEIGHT_DTYPES[config.norm_weight_dtype])),
+                          state_cache=Like(shape=(1, 4, 2 * sw)), cos_sin_cache=Like(shape=(1, 64)), **cache)
+
+
+def _none(_: Any) -> None:
+    return None
+
+
+def _dtype_name(t: Any) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+class C4CompressDsMlaBase(C4CompressBase):
+    """K5: C4 pool (D 512) -> RMSNorm -> RoPE -> E1 -> fp8_ds_mla."""
+
+    op_name = "c4_compress_ds_mla"
+    head = DS_HEAD_DIM
+
+    @dataclass(frozen=True, kw_only=True)
+    class CompileKey:
+        head_size: int = fixed(512)
+        state_width: int = fixed(1024)
+        rope_head_dim: int = fixed(64)
+        fp8_max: float = fixed(448.0)
+        quant_block: int = fixed(64)
+        token_stride: int = fixed(576)
+        scale_dim: int = fixed(8)
+        compress_ratio: int = fixed(4)
+        overlap: bool = fixed(True)
+        #: ``"bfloat16"`` or ``"float32"`` (trap 9: fp32-kept weights are another key).
+        norm_weight_dtype: str
+
+    def dispatch(self, rms_norm_weight, state_cache, cos_sin_cache):
+        return self.CompileKey(head_size=rms_norm_weight.shape[0], state_width=state_cache.shape[2] // 2,
+                               rope_head_dim=cos_sin_cache.shape[1],
+                               norm_weight_dtype=str(rms_norm_weight.dtype).removeprefix("torch."))
+
+    @staticmethod
+    def applies(config: C4CompressConfig) -> bool:
+        return config.cache_block_size > 0 and config.has_c4 and config.kv_kind == "fp8_ds_mla"
+
+    def get_warmup_keys(self, config: C4CompressConfig | None = None) -> list[CompileKey]:
+        cfg = config or C4CompressConfig()
+        return self._norm_weight_keys(cfg) if self.applies(cfg) else []
+
+    @kernel_launcher
+    def __call__(self, state_cache: torch.Tensor, token_to_req: torch.Tensor, positions: torch.Tensor,
+                 slot_mapping: torch.Tensor, block_table: torch.Tensor, state_block_size: int,
+                 rms_norm_weight: torch.Tensor, rms_norm_eps: float, cos_sin_cache: torch.Tensor,
+                 k_cache: torch.Tensor, kv_slot_mapping: torch.Tensor, *, debug_checks: bool | None = None) -> Any:
+        """K5 (spec): write E1 of each boundary token's compressed row; returns None.
+
+        ``debug_checks`` (default: on under the CPU interpreter, off on a GPU) also reads the
+        index arrays back: kv slots unique and in range, request rows, window block-table columns
+        and entries, rope rows.
+        """
+        return self._compress(dict(rms_norm_weight=rms_norm_weight, state_cache=state_cache,
+                                   cos_sin_cache=cos_sin_cache),
+                              state_cache, token_to_req, positions, slot_mapping, block_table, state_block_size,
+                              rms_norm_weight, rms_norm_eps, cos_sin_cache, k_cache, kv_slot_mapping, None, None,
+                              debug_checks)
+
+
+class C4CompressPlainBase(C4CompressBase):
+    """K6: as K5 up to the row, then E2 (bf16 cache) or E3 (e4m3 cache, ``fp8_scale``)."""
+
+    op_name = "c4_compress_plain"
+    head = DS_HEAD_DIM
+
+    @dataclass(frozen=True, kw_only=True)
+    class CompileKey:
+        head_size: int = fixed(512)
+        state_width: int = fixed(1024)
+        rope_head_dim: int = fixed(64)
+        fp8_max: float = fixed(448.0)
+        quant_block: int = fixed(64)
+        compress_ratio: int = fixed(4)
+        overlap: bool = fixed(True)
+        #: ``kv_cache`` is float8_e4m3fn (E3); else bf16 (E2).
+        store_full_fp8: bool
+        norm_weight_dtype: str
+
+    def dispatch(self, rms_norm_weight, state_cache, cos_sin_cache, kv_cache):
+        return self.CompileKey(head_size=rms_norm_weight.shape[0], state_width=state_cache.shape[2] // 2,
+                               rope_head_dim=cos_sin_cache.shape[1],
+                               store_full_fp8=kv_cache.dtype == torch.float8_e4m3fn,
+                               norm_weight_dtype=str(rms_norm_weight.dtype).removeprefix("torch."))
+
+    @staticmethod
+    def applies(config: C4CompressConfig) -> bool:
+        return config.has_c4 and config.kv_kind != "fp8_ds_mla"
+
+    def get_warmup_keys(self, config: C4CompressConfig | None = None) -> list[CompileKey]:
+        cfg = config or C4CompressConfig()
+        if not self.applies(cfg):
+            return []
+        cache_dtype = torch.float8_e4m3fn if cfg.kv_kind == "fp8" else torch.bfloat16
+        return self._norm_weight_keys(cfg, kv_cache=Like(shape=(1, 1, DS_HEAD_DIM), dtype=cache_dtype))
+
+    @kernel_launcher
+    def __call__(self, state_cache: torch.Tensor, token_to_req: torch.Tensor, positions: torch.Tensor,
+                 slot_mapping: torch.Tensor, block_table: torch.Tensor, state_block_size: int,
+                 rms_norm_weight: torch.Tensor, rms_norm_eps: float, cos_sin_cache: torch.Tensor,
+                 kv_cache: torch.Tensor, kv_slot_mapping: torch.Tensor, fp8_scale: torch.Tensor | None = None,
+                 *, debug_checks: bool | None = None) -> Any:
+        """K6 (spec): write E2 / E3 of each boundary token's compressed row; returns None.
+
+        ``debug_checks`` as K5's, plus ``fp8_scale`` finite and > 0.
+        """
+        return self._compress(dict(rms_norm_weight=rms_norm_weight, state_cache=state_cache,
+                                   cos_sin_cache=cos_sin_cache, kv_cache=kv_cache),
+                              state_cache, token_to_req, positions, slot_mapping, block_table, state_block_size,
+                              rms_norm_weight, rms_norm_eps, cos_sin_cache, kv_cache, kv_slot_mapping, fp8_scale,
+                              None, debug_checks)
+
+
+class IndexerCompressBase(C4CompressBase):
+    """K9: C4 pool (D 128) -> RMSNorm -> RoPE -> E4 (FP8) or E5 (MXFP4) indexer K cache."""
+
+    op_name = "indexer_compress"
+    head = IDX_HEAD_DIM
+
+    @dataclass(frozen=True, kw_only=True)
+    class CompileKey:
+        #: MXFP4 pages (E5); else FP8 (E4).
+        use_fp4_cache: bool
+        norm_weight_dtype: str
+        head_size: int = fixed(128)
+        state_width: int = fixed(256)
+        compress_ratio: int = fixed(4)
+        overlap: bool = fixed(True)
+        rope_head_dim: int = fixed(64)
+        #: 32 (MXFP4) or 128 (FP8): follows ``use_fp4_cache``.
+        quant_block: int
+        #: Data bytes per token: 64 (MXFP4) or 128 (FP8); follows ``use_fp4_cache``.
+        token_stride: int
+        scale_dim: int = fixed(4)
+
+    def dispatch(self, rms_norm_weight, state_cache, cos_sin_cache, use_fp4_cache):
+        return self.CompileKey(use_fp4_cache=use_fp4_cache,
+                               norm_weight_dtype=str(rms_norm_weight.dtype).removeprefix("torch."),
+                               head_size=rms_norm_weight.shape[0], state_width=state_cache.shape[2] // 2,
+                               rope_head_dim=cos_sin_cache.shape[1], quant_block=32 if use_fp4_cache else 128,
+                               token_stride=64 if use_fp4_cache else 128)
+
+    @staticmethod
+    def applies(config: C4CompressConfig) -> bool:
+        return config.has_c4
+
+    def get_warmup_keys(self, config: C4CompressConfig | None = None) -> list[CompileKey]:
+        cfg = config or C4CompressConfig()
+        if not self.applies(cfg):
+            return []
+        return self._norm_weight_keys(cfg, use_fp4_cache=WarmupChoices(cfg.indexer_cache_dtype == "mxfp4"))
+
+    @kernel_launcher
+    def __call__(self, state_cache: torch.Tensor, token_to_req: torch.Tensor, positions: torch.Tensor,
+                 slot_mapping: torch.Tensor, block_table: torch.Tensor, state_block_size: int,
+                 rms_norm_weight: torch.Tensor, rms_norm_eps: float, cos_sin_cache: torch.Tensor,
+                 k_cache: torch.Tensor, kv_slot_mapping: torch.Tensor, use_fp4_cache: bool, *,
+                 debug_checks: bool | None = None) -> Any:
+        """K9 (spec): write E4 / E5 of each boundary token's compressed indexer key; returns None."""
+        return self._compress(dict(rms_norm_weight=rms_norm_weight, state_cache=state_cache,
+                                   cos_sin_cache=cos_sin_cache, use_fp4_cache=use_fp4_cache),
+                              state_cache, token_to_req, positions, slot_mapping, block_table, state_block_size,
+                              rms_norm_weight, rms_norm_eps, cos_sin_cache, k_cache, kv_slot_mapping, None,
+                              use_fp4_cache, debug_checks)
+
+
+# --------------------------------------------------------------------------- the model's view
+
+
+def _config(stack: Any, layer: Any) -> C4CompressConfig | None:
+    if layer.compress_ratio != RATIO:
+        return None
+    return C4CompressConfig(stack.block_size, (RATIO,), stack.cache_dtype, stack.indexer_cache_dtype,
+                            stack.norm_weight_dtype)
+
+
+def _gated(contract: type[C4CompressBase]):
+    """The registration gate of ``contract``: the layer's config where the runtime calls the op."""
+    def config(stack: Any, layer: Any) -> C4CompressConfig | None:
+        cfg = _config(stack, layer)
+        return cfg if cfg is not None and contract.applies(cfg) else None
+    return config
+
+
+def _state_spec(t: int, head: int, sbs: int) -> TensorSpec:
+    # The very pool K4 writes (same name, same shape): in launch mode K5/K9 read K4's rows.
+    sw = 2 * head
+    nsb = max(1, -(-t // sbs))
+    return TensorSpec((nsb, sbs, 2 * sw), torch.float32, pool=f"state:{sw}",
+                      make=lambda device: allocate_state_cache(nsb, sbs, sw, device=device))
+
+
+def _per_token(step: Any) -> tuple[list[int], list[int]]:
+    """Request row (chunk index) of each token, and the widest row in state blocks."""
+    req = []
+    for i, c in enumerate(step.seqs):
+        req += [i] * c.num_tokens
+    return req + [0] * (step.padded_tokens - len(req)), step.max_seq_len
+
+
+def _kv_slots(step: Any, capacity: int) -> TensorSpec:
+    # The k-th boundary token of the step writes compressed slot k (while the pool has room).
+    def values() -> torch.Tensor:
+        pos = step.positions()
+        out = torch.full((step.padded_tokens,), -1, dtype=torch.int64)
+        live = torch.zeros(step.padded_tokens, dtype=torch.bool)
+        live[:step.num_tokens] = True
+        sel = torch.nonzero(live & ((pos + 1) % RATIO == 0)).flatten()[:capacity]
+        out[sel] = torch.arange(sel.numel())
+        return out
+
+    return TensorSpec((step.padded_tokens,), torch.int64, values=values)
+
+
+def _cache(stack: Any, op: str) -> tuple[str, TensorSpec, int]:
+    """The cache argument of ``op`` in launch mode: (name, spec, capacity in entries)."""
+    bs = max(1, stack.block_size // RATIO)
+    n = LAUNCH_POOL_PAGES
+    if op == "c4_compress_ds_mla":
+        stride = ds_min_page_stride(bs)
+        return "k_cache", TensorSpec((n, bs, DS_ENTRY_BYTES), torch.uint8, (stride, DS_ENTRY_BYTES, 1),
+                                     pool=f"ds_cache:{bs}",
+                                     make=lambda device: allocate_ds_cache(n, bs, device=device)), n * bs
+    if op == "c4_compress_plain":
+        dtype = torch.float8_e4m3fn if stack.kv_cache_dtype == "fp8" else torch.bfloat16
+        return "kv_cache", TensorSpec((n, bs, DS_HEAD_DIM), dtype, pool=f"plain_cache:{bs}:{dtype}",
+                                      make=lambda device: allocate_plain_cache(n, bs, dtype, device=device)), n * bs
+    return "k_cache", TensorSpec((n, bs, IDX_ENTRY_BYTES), torch.uint8, pool=f"indexer_cache:{bs}",
+                                 make=lambda device: allocate_indexer_cache(n, bs, device=device)), n * bs
+
+
+def _sites(op: str, head: int, site: str):
+    def call_sites(stack: Any, layer: Any, step: Any) -> list[Site]:
+        """Every step, every token (padding: slot -1), after K4 wrote the step's state rows."""
+        p, t = stack.preset, step.padded_tokens
+        comp = p.indexer if head == IDX_HEAD_DIM else p.c4
+        sbs = comp.state_block_size
+        req, max_len = _per_token(step)
+        width = max(1, -(-max_len // sbs))
+        nreq = max(1, len(step.seqs))
+        state = _state_spec(t, head, sbs)
+        nsb = state.shape[0]
+        cache_arg, cache, capacity = _cache(stack, op)
+        args = {
+            "state_cache": state,
+            "token_to_req": TensorSpec((t,), torch.int32, values=lambda: torch.tensor(req, dtype=torch.int32)),
+            "positions": TensorSpec((t,), torch.int64, values=step.positions),
+            "slot_mapping": TensorSpec((t,), torch.int64, values=step.slot_mapping),
+            # Block ids alias the small state pool: launch mode needs in-range rows, not real ones.
+            "block_table": TensorSpec((nreq, width), torch.int32, values=lambda: (
+                torch.arange(nreq * width, dtype=torch.int32) % nsb).view(nreq, width)),
+            "state_block_size": sbs,
+            "rms_norm_weight": TensorSpec((head,), NORM_WEIGHT_DTYPES[stack.norm_weight_dtype],
+                                          pool=f"norm_weight:{head}:{stack.norm_weight_dtype}"),
+            "rms_norm_eps": p.rms_norm_eps,
+            # The compressors read the layer's fp32 compress RoPE cache (a bf16 one raises: trap 1).
+            "cos_sin_cache": TensorSpec((p.compress_rope.max_pos, p.compress_rope.rope_dim), torch.float32,
+                                        pool="cos_sin:float32"),
+            cache_arg: cache,
+            "kv_slot_mapping": _kv_slots(step, capacity),
+        }
+        if op == "c4_compress_plain":
+            args["fp8_scale"] = (TensorSpec((1,), torch.float32, values=lambda: torch.ones(1))
+                                 if stack.kv_cache_dtype == "fp8" else None)
+        if op == "indexer_compress":
+            args["use_fp4_cache"] = stack.indexer_cache_dtype == "mxfp4"
+        return [Site(site, args)]
+    return call_sites
+
+
+def _unused_ds(stack: Any) -> str | None:
+    if stack.kv_cache_dtype == "fp8_ds_mla" and stack.block_size > 0:
+        return None
+    why = "B = 0 (no paged cache)" if stack.block_size == 0 else f"the KV cache is {stack.cache_dtype} (K6 stores it)"
+    return f"K5 not used by this runtime: {why}"
+
+
+def _unused_plain(stack: Any) -> str | None:
+    if stack.kv_cache_dtype != "fp8_ds_mla":
+        return None
+    return "K6 not used by this runtime: the KV cache is fp8_ds_mla (K5 stores it)"
+
+
+def _explain_dead(stack: Any, key: Any, stats: Any) -> str | None:
+    return "no step in this trace" if not stats.tokens else None
+
+
+def _spec(contract: type[C4CompressBase], spec_id: str, summary: str, reference: Any, triton_cls: str,
+          cutedsl_cls: str, site: str, unused: Any = None) -> FamilySpec:
+    hooks = ModelHooks(config=_gated(contract), call_sites=_sites(contract.op_name, contract.head, site),
+                       explain_dead=_explain_dead, **({"unused": unused} if unused else {}))
+    return FamilySpec(
+        name=contract.op_name, spec_id=spec_id, summary=summary, op_name=contract.op_name,
+        args=ARGS[contract.op_name], contract=contract,
+        variants={DEFAULT_VARIANT: Variant(reference, triton_cls, cutedsl_cls)},
+        returns="None (the entries of boundary tokens with slots >= 0 are written in place; no other byte "
+                "changes)",
+        device_arg="state_cache", config_type=C4CompressConfig, model=hooks, folder="c4_compress")
+
+
+SPECS: dict[str, FamilySpec] = {s.name: s for s in (
+    _spec(C4CompressDsMlaBase, "K5", "C4 main compressor: pool the 8-row window at each boundary token, RMSNorm, "
+          "RoPE, E1 into the fp8_ds_mla cache; C4 layers with an fp8_ds_mla cache, every step",
+          c4_compress_ds_mla_reference, "C4CompressDsMlaTriton", "C4CompressDsMlaCuTeDSL", "compress_main",
+          _unused_ds),
+    _spec(C4CompressPlainBase, "K6", "C4 main compressor into a plain-row cache (E2 bf16 or E3 e4m3); C4 layers "
+          "with a bf16 / fp8 cache, every step", c4_compress_plain_reference, "C4CompressPlainTriton",
+          "C4CompressPlainCuTeDSL", "compress_main", _unused_plain),
+    _spec(IndexerCompressBase, "K9", "C4 indexer compressor (head 128): E4 FP8 or E5 MXFP4 into the indexer K "
+          "cache; C4 layers, every step", indexer_compress_reference, "IndexerCompressTriton",
+          "IndexerCompressCuTeDSL", "compress_indexer"),
+)}
