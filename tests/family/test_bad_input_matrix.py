@@ -17,7 +17,9 @@ import torch
 from dsv4kit.errors import KernelInputError
 from dsv4kit.family import FamilySpec
 from dsv4kit.kernels import families
+from dsv4kit.kernels.c4_compress.cases import make_case as c4_case
 from dsv4kit.kernels.dequant_gather.cases import make_case as k3_case
+from dsv4kit.kernels.encoders.cases import make_case as store_case
 from dsv4kit.kernels.indexer_q.cases import make_case as iq_case
 from dsv4kit.kernels.rowquant.cases import regime
 from dsv4kit.kernels.save_partial_states.cases import make_case as k4_case
@@ -34,10 +36,16 @@ VALID: dict[str, Callable[[FamilySpec], dict]] = {
     "indexer_q": lambda spec: _bound(spec, iq_case(3, seed=1).args()),
     "dequant_gather": lambda spec: _bound(spec, k3_case([9, 3], [4, 3], block_size=16, seed=1).args()),
     "rowquant": lambda spec: {"x": regime("normal", 3, 256)},
+    "c4_compress_ds_mla": lambda spec: c4_case(spec.name, lens=(9,), seed=1).fresh().args,
+    "c4_compress_plain": lambda spec: c4_case(spec.name, lens=(9,), fp8_scale=0.5, seed=1).fresh().args,
+    "indexer_compress": lambda spec: c4_case(spec.name, lens=(9,), seed=1).fresh().args,
+    "store_rows_ds": lambda spec: store_case(spec.name, 5, seed=1).fresh().args,
+    "store_rows_plain": lambda spec: store_case(spec.name, 5, fp8_scale=0.5, seed=1).fresh().args,
+    "store_rows_indexer": lambda spec: store_case(spec.name, 5, seed=1).fresh().args,
 }
 
 OTHER_DTYPE = {torch.float32: torch.float64, torch.bfloat16: torch.float16, torch.int64: torch.int32,
-               torch.int32: torch.int64, torch.uint8: torch.int8}
+               torch.int32: torch.int64, torch.uint8: torch.int8, torch.float8_e4m3fn: torch.float8_e5m2}
 
 
 def _mutations(spec: FamilySpec, valid: dict) -> list[tuple[str, str, object]]:

@@ -16,7 +16,8 @@ import dsv4kit.ops
 from dsv4kit.errors import ContractError, KernelInputError
 from dsv4kit.family import DEFAULT_VARIANT, Arg, FamilySpec, ModelHooks, Variant
 from dsv4kit.jit import WarmupRegistry
-from dsv4kit.kernels import FAMILY_NAMES, families, family
+from dsv4kit.kernels import FAMILY_FOLDERS, FAMILY_NAMES, families, family
+from dsv4kit.kernels.c4_compress import C4CompressConfig
 from dsv4kit.kernels.dequant_gather.spec import DequantGatherBase
 from dsv4kit.model.stack import DSv4AttentionStack
 from dsv4kit.platform import cpu_platform
@@ -25,6 +26,8 @@ SPECS = families()
 KERNELS = Path(dsv4kit.ops.__file__).parent / "kernels"
 #: The files every family folder has, and no family has more (spec.py: contract + SPEC).
 LAYOUT = {"__init__.py", "spec.py", "reference.py", "triton.py", "cutedsl.py", "cases.py"}
+#: A config whose warmup keys are not empty, where the default (DSv4-Flash) warms none.
+EXAMPLE_CONFIG = {"c4_compress_plain": C4CompressConfig(cache_dtype="bfloat16")}
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
@@ -35,7 +38,7 @@ def test_family_is_complete(spec: FamilySpec) -> None:
         "backend", "debug_checks", "platform"]
     for a in spec.args:                                            # the docs come from the table
         assert f"`{a.name}`" in spec.op.__doc__
-    cfg = spec.config_type()
+    cfg = EXAMPLE_CONFIG.get(spec.name, spec.config_type())
     kernel = spec.kernel(next(iter(spec.variants)), platform=cpu_platform("sm_90a"))
     assert kernel.get_warmup_keys(cfg), "the default config warms at least one key"
     reg = WarmupRegistry()
@@ -46,18 +49,24 @@ def test_family_is_complete(spec: FamilySpec) -> None:
 
 @pytest.mark.parametrize("name", FAMILY_NAMES)
 def test_one_layout_for_every_family(name: str) -> None:
-    files = {p.name for p in (KERNELS / name).glob("*.py")}
-    assert files == LAYOUT, f"{name}: {sorted(files ^ LAYOUT)}"
-    assert family(name).name == name
+    folder = FAMILY_FOLDERS[name]
+    files = {p.name for p in (KERNELS / folder).glob("*.py")}
+    assert files == LAYOUT, f"{folder}: {sorted(files ^ LAYOUT)}"
+    assert family(name).name == name and family(name).package == f"dsv4kit.kernels.{folder}"
 
 
 def test_model_families_have_hooks_and_are_stacked() -> None:
     model = families(model=True)
-    assert [s.name for s in model] == ["save_partial_states", "indexer_q", "dequant_gather"]
+    assert [s.name for s in model] == ["save_partial_states", "c4_compress_ds_mla", "c4_compress_plain",
+                                       "indexer_compress", "indexer_q", "dequant_gather"]
     stack = DSv4AttentionStack("flash", "sm_90a")
+    plain = DSv4AttentionStack("flash", "sm_90a", cache_dtype="bf16")
     assert stack.families == model
     for spec in model:
-        assert any(spec.name in layer.kernels for layer in stack.layers), spec.name
+        runtime = plain if spec.name == "c4_compress_plain" else stack     # K6: plain-row caches only
+        assert any(spec.name in layer.kernels for layer in runtime.layers), spec.name
+    assert not any("c4_compress_plain" in layer.kernels for layer in stack.layers)
+    assert not any("c4_compress_ds_mla" in layer.kernels for layer in plain.layers)
     with pytest.raises(KernelInputError, match="family: expected one of"):
         family("c4_compress")
 

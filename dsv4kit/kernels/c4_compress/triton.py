@@ -109,7 +109,13 @@ def c4_compress_kernel(
     kv_slot = tl.load(kv_slot_ptr + t)
     if (slot >= 0) & (kv_slot >= 0) & ((p + 1) % 4 == 0):
         req = tl.load(req_ptr + t).to(tl.int64)
-        y = pool_norm_rope(state_ptr, bt_ptr, nw_ptr, cs_ptr, req, p, sbs, block_stride, bt_stride, eps, D)
+        if block_stride % 4 == 0:
+            # The usual state cache: written so, every row offset is provably 16-byte aligned
+            # (a fact checked here, not an assumption) and the tile loads are 16-byte vectors.
+            y = pool_norm_rope(state_ptr, bt_ptr, nw_ptr, cs_ptr, req, p, sbs, (block_stride // 4) * 4,
+                               bt_stride, eps, D)
+        else:
+            y = pool_norm_rope(state_ptr, bt_ptr, nw_ptr, cs_ptr, req, p, sbs, block_stride, bt_stride, eps, D)
         encode_store(y, cache_ptr, scale_ptr, kv_slot, kv_bs, page_stride, ENC, D // 64)
 
 

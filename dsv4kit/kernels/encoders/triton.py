@@ -72,7 +72,12 @@ def encode_store(y, cache_ptr, scale_ptr, slot, kv_bs, page_stride, ENC: tl.cons
     """Encode the fp32 row ``y [NB, 64]`` with encoder ``ENC`` and write it at ``slot`` (>= 0)."""
     blk = tl.arange(0, NB)[:, None]
     d = blk * 64 + tl.arange(0, 64)[None, :]
-    page_base = (slot // kv_bs) * page_stride
+    # Page strides are multiples of 16 bytes (fp8_ds_mla: of 576; plain rows: of 16 elements) or,
+    # for the indexer cache, of 4 (host-checked). Written so, the compiler sees it and vectorizes.
+    if (ENC == _E4) or (ENC == _E5):
+        page_base = (slot // kv_bs) * ((page_stride // 4) * 4)
+    else:
+        page_base = (slot // kv_bs) * ((page_stride // 16) * 16)
     entry = slot % kv_bs
     f8 = cache_ptr.to(tl.pointer_type(tl.float8e4nv), bitcast=True)
     b16 = cache_ptr.to(tl.pointer_type(tl.bfloat16), bitcast=True)
