@@ -21,8 +21,13 @@ from dsv4kit.kernels.save_partial_states import save_partial_states
 from dsv4kit.platform import cpu_platform
 
 P = cpu_platform("sm_90a")
-FORMATS = [("c4_compress_ds_mla", {}), ("c4_compress_plain", {}), ("c4_compress_plain", {"fp8_scale": 0.37}),
-           ("indexer_compress", {"use_fp4": False}), ("indexer_compress", {"use_fp4": True})]
+FORMATS = [
+    ("c4_compress_ds_mla", {}),
+    ("c4_compress_plain", {}),
+    ("c4_compress_plain", {"fp8_scale": 0.37}),
+    ("indexer_compress", {"use_fp4": False}),
+    ("indexer_compress", {"use_fp4": True}),
+]
 TOTALS = {"elements": 0, "bit_identical": 0, "cases": 0, "identical_cases": 0}
 
 
@@ -65,8 +70,9 @@ def test_regimes(kv: str, score: str) -> None:
 
 def test_positions_3_7_and_the_last_row() -> None:
     """p = 3 pools rows 4..7 only, p = 7 the full window, p = 1 048 575 the cache's last row."""
-    case = make_case("c4_compress_ds_mla", lens=(8, 4), starts=(0, LAST_POSITION - 3), padding=False,
-                     kv_bs=2, sbs=16)
+    case = make_case(
+        "c4_compress_ds_mla", lens=(8, 4), starts=(0, LAST_POSITION - 3), padding=False, kv_bs=2, sbs=16
+    )
     assert {3, 7, LAST_POSITION} <= set(case.args["positions"].tolist())
     verdict = run(case)
     verdict.assert_ok()
@@ -79,14 +85,15 @@ def test_zero_kv_writes_zero_codes_and_the_floor_scale() -> None:
     SPECS["c4_compress_ds_mla"].op(**got.args)
     from dsv4kit.formats.ds_mla import read_ds_entries
 
-    entry, pad = read_ds_entries(got.cache, torch.tensor([s for s in case.args["kv_slot_mapping"].tolist()
-                                                          if s >= 0]))
+    entry, pad = read_ds_entries(
+        got.cache, torch.tensor([s for s in case.args["kv_slot_mapping"].tolist() if s >= 0])
+    )
     assert bool((entry.nope == 0).all()) and bool((entry.scales == 105).all()) and bool((pad == 0).all())
 
 
 def test_plain_fp8_saturates_at_448() -> None:
     case = make_case("c4_compress_plain", lens=(16,), fp8_scale=2.0**-4, padding=False)
-    case.args["rms_norm_weight"] *= 64        # normalized rows are O(1): weights make |y| / s exceed 448
+    case.args["rms_norm_weight"] *= 64  # normalized rows are O(1): weights make |y| / s exceed 448
     got = case.fresh()
     SPECS["c4_compress_plain"].op(**got.args)
     codes = got.cache.view(torch.uint8)
@@ -101,8 +108,10 @@ def test_most_elements_are_bit_identical() -> None:
         for op in OPS:
             run(random_case(op, i)).assert_ok()
     frac = TOTALS["bit_identical"] / TOTALS["elements"]
-    print(f"\nC4 compressors (Triton, interpreter): {TOTALS['bit_identical']}/{TOTALS['elements']} elements "
-          f"bit-identical ({frac:.5%}); {TOTALS['identical_cases']}/{TOTALS['cases']} cases entirely")
+    print(
+        f"\nC4 compressors (Triton, interpreter): {TOTALS['bit_identical']}/{TOTALS['elements']} elements "
+        f"bit-identical ({frac:.5%}); {TOTALS['identical_cases']}/{TOTALS['cases']} cases entirely"
+    )
     assert frac >= 0.999
 
 
@@ -139,18 +148,32 @@ def _keys(op: str, **cfg) -> list:
 
 def test_flash_warmup_keys_and_gates() -> None:
     (k5,) = _keys("c4_compress_ds_mla")
-    assert (k5.head_size, k5.state_width, k5.token_stride, k5.norm_weight_dtype) == (512, 1024, 576, "bfloat16")
-    assert _keys("c4_compress_plain") == []                                   # DSv4-Flash: none
+    assert (k5.head_size, k5.state_width, k5.token_stride, k5.norm_weight_dtype) == (
+        512,
+        1024,
+        576,
+        "bfloat16",
+    )
+    assert _keys("c4_compress_plain") == []  # DSv4-Flash: none
     (k9,) = _keys("indexer_compress")
-    assert (k9.use_fp4_cache, k9.norm_weight_dtype, k9.quant_block, k9.token_stride) == (False, "bfloat16", 128,
-                                                                                          128)
-    assert [k.store_full_fp8 for d in ("fp8", "fp8_e4m3", "bfloat16", "auto") for k in
-            _keys("c4_compress_plain", cache_dtype=d)] == [True, True, False, False]    # trap 3
+    assert (k9.use_fp4_cache, k9.norm_weight_dtype, k9.quant_block, k9.token_stride) == (
+        False,
+        "bfloat16",
+        128,
+        128,
+    )
+    assert [
+        k.store_full_fp8
+        for d in ("fp8", "fp8_e4m3", "bfloat16", "auto")
+        for k in _keys("c4_compress_plain", cache_dtype=d)
+    ] == [True, True, False, False]  # trap 3
     assert _keys("c4_compress_ds_mla", cache_dtype="bf16") == []
     assert _keys("c4_compress_ds_mla", cache_block_size=0) == []
     assert _keys("c4_compress_ds_mla", compress_ratios=(128,)) == []
     assert [k.use_fp4_cache for k in _keys("indexer_compress", indexer_cache_dtype="mxfp4")] == [True]
-    assert [k.norm_weight_dtype for k in _keys("c4_compress_ds_mla", norm_weight_dtype="float32")] == ["float32"]
+    assert [k.norm_weight_dtype for k in _keys("c4_compress_ds_mla", norm_weight_dtype="float32")] == [
+        "float32"
+    ]
     with pytest.raises(KernelInputError, match="cache_dtype: expected one of"):
         C4CompressConfig(cache_dtype="fp8_e5m2")
 
@@ -158,17 +181,22 @@ def test_flash_warmup_keys_and_gates() -> None:
 def test_k9_key_reads_only_the_format_and_the_weight_dtype() -> None:
     """Trap 8: state block size, kv_bs and page stride are runtime (one key for all of them)."""
     k = SPECS["indexer_compress"].kernel(platform=P, backend="triton")
-    keys = {k.dispatch(**{n: c.args[n] for n in ("rms_norm_weight", "state_cache", "cos_sin_cache",
-                                                 "use_fp4_cache")})
-            for c in (make_case("indexer_compress", sbs=s, kv_bs=b, page_stride=ps)
-                      for s, b, ps in ((4, 64, None), (16, 1, None), (4, 64, 8448), (16, 64, 8640)))}
+    keys = {
+        k.dispatch(
+            **{n: c.args[n] for n in ("rms_norm_weight", "state_cache", "cos_sin_cache", "use_fp4_cache")}
+        )
+        for c in (
+            make_case("indexer_compress", sbs=s, kv_bs=b, page_stride=ps)
+            for s, b, ps in ((4, 64, None), (16, 1, None), (4, 64, 8448), (16, 64, 8640))
+        )
+    }
     assert len(keys) == 1
 
 
 def test_fp32_norm_weights_are_another_key() -> None:
     """Trap 9: a bf16 warmup misses fp32-kept weights; strict mode names the field."""
     k = SPECS["c4_compress_ds_mla"].kernel(platform=P, backend="triton")
-    type(k).clear_cache()                     # executors are per class: forget earlier tests' compiles
+    type(k).clear_cache()  # executors are per class: forget earlier tests' compiles
     k.warmup(C4CompressConfig())
     case = make_case("c4_compress_ds_mla", lens=(8,), norm_dtype=torch.float32)
     with JitMonitor("error"), pytest.raises(UnwarmedKeyError, match="norm_weight_dtype"):
@@ -178,17 +206,21 @@ def test_fp32_norm_weights_are_another_key() -> None:
 @pytest.mark.parametrize("op", OPS)
 def test_every_triton_warmup_key_compiles_for_sm90a(op: str) -> None:
     k = SPECS[op].kernel(platform=P, backend="triton")
-    cfgs = [C4CompressConfig(cache_dtype=d, indexer_cache_dtype=i, norm_weight_dtype=w)
-            for d in ("fp8_ds_mla", "fp8", "bfloat16") for i in ("fp8", "mxfp4") for w in ("bfloat16", "float32")]
+    cfgs = [
+        C4CompressConfig(cache_dtype=d, indexer_cache_dtype=i, norm_weight_dtype=w)
+        for d in ("fp8_ds_mla", "fp8", "bfloat16")
+        for i in ("fp8", "mxfp4")
+        for w in ("bfloat16", "float32")
+    ]
     keys = list(dict.fromkeys(key for c in cfgs for key in k.get_warmup_keys(c)))
     assert keys
     for key in keys:
         art = k.compile_for(key, "sm_90a")
         ptx = art.text["ptx"]
         assert art.target == "sm_90a" and ".target sm_90a" in ptx and art.info["spills"] == 0
-        assert not re.search(r"\bfma\.", ptx)                              # §2.1 rule 1
-        assert "sqrt.rn.f32" in ptx and "div.rn.f32" in ptx                # IEEE norm and softmax
-        assert "ld.global.v4" in ptx                                       # the aligned-state branch
+        assert not re.search(r"\bfma\.", ptx)  # §2.1 rule 1
+        assert "sqrt.rn.f32" in ptx and "div.rn.f32" in ptx  # IEEE norm and softmax
+        assert "ld.global.v4" in ptx  # the aligned-state branch
 
 
 # --------------------------------------------------------------------------- bad inputs
@@ -210,39 +242,86 @@ BAD = [
     ("c4_compress_ds_mla", "state_cache", lambda a: a["state_cache"][:, :, :1024], "state_cache: expected"),
     ("c4_compress_ds_mla", "state_cache", _misaligned_state, "state_cache: expected data_ptr % 16"),
     ("c4_compress_ds_mla", "state_block_size", lambda a: 8, "state_block_size: expected"),
-    ("c4_compress_ds_mla", "cos_sin_cache", lambda a: a["cos_sin_cache"].bfloat16(),
-     "cos_sin_cache: expected .*float32"),                                              # trap 1
-    ("c4_compress_ds_mla", "cos_sin_cache", lambda a: a["cos_sin_cache"][:, :32].contiguous(),
-     "cos_sin_cache: expected shape\\[1\\] == 64"),
-    ("c4_compress_ds_mla", "rms_norm_weight", lambda a: a["rms_norm_weight"].half(), "rms_norm_weight: expected"),
-    ("c4_compress_ds_mla", "rms_norm_weight", lambda a: a["rms_norm_weight"][:128].contiguous(),
-     "rms_norm_weight: expected shape \\(512,\\)"),
+    (
+        "c4_compress_ds_mla",
+        "cos_sin_cache",
+        lambda a: a["cos_sin_cache"].bfloat16(),
+        "cos_sin_cache: expected .*float32",
+    ),  # trap 1
+    (
+        "c4_compress_ds_mla",
+        "cos_sin_cache",
+        lambda a: a["cos_sin_cache"][:, :32].contiguous(),
+        "cos_sin_cache: expected shape\\[1\\] == 64",
+    ),
+    (
+        "c4_compress_ds_mla",
+        "rms_norm_weight",
+        lambda a: a["rms_norm_weight"].half(),
+        "rms_norm_weight: expected",
+    ),
+    (
+        "c4_compress_ds_mla",
+        "rms_norm_weight",
+        lambda a: a["rms_norm_weight"][:128].contiguous(),
+        "rms_norm_weight: expected shape \\(512,\\)",
+    ),
     ("c4_compress_ds_mla", "rms_norm_eps", lambda a: 0.0, "rms_norm_eps: expected"),
     ("c4_compress_ds_mla", "k_cache", lambda a: a["k_cache"][:, :, :576], "k_cache: expected"),
-    ("c4_compress_ds_mla", "kv_slot_mapping", lambda a: a["kv_slot_mapping"][:-1], "kv_slot_mapping: expected"),
+    (
+        "c4_compress_ds_mla",
+        "kv_slot_mapping",
+        lambda a: a["kv_slot_mapping"][:-1],
+        "kv_slot_mapping: expected",
+    ),
     ("c4_compress_ds_mla", "token_to_req", lambda a: a["token_to_req"].long(), "token_to_req: expected"),
     ("c4_compress_ds_mla", "slot_mapping", lambda a: a["slot_mapping"][:3], "slot_mapping: expected"),
-    ("c4_compress_ds_mla", "block_table", lambda a: a["block_table"].repeat(1, 2)[:, ::2],
-     "block_table: expected stride\\(1\\) == 1"),
-    ("c4_compress_ds_mla", "kv_slot_mapping", lambda a: torch.where(a["kv_slot_mapping"] >= 0, 10**6,
-                                                                    a["kv_slot_mapping"]),
-     "kv_slot_mapping: expected values in"),
+    (
+        "c4_compress_ds_mla",
+        "block_table",
+        lambda a: a["block_table"].repeat(1, 2)[:, ::2],
+        "block_table: expected stride\\(1\\) == 1",
+    ),
+    (
+        "c4_compress_ds_mla",
+        "kv_slot_mapping",
+        lambda a: torch.where(a["kv_slot_mapping"] >= 0, 10**6, a["kv_slot_mapping"]),
+        "kv_slot_mapping: expected values in",
+    ),
     ("c4_compress_ds_mla", "token_to_req", lambda a: a["token_to_req"] + 5, "token_to_req: expected values"),
-    ("c4_compress_ds_mla", "block_table", lambda a: a["block_table"][:, :1].contiguous(),
-     "block_table \\(column q // sbs\\): expected values"),
-    ("c4_compress_plain", "kv_cache", lambda a: a["kv_cache"].view(torch.uint8).view(torch.float8_e5m2),
-     "kv_cache: expected"),
-    ("c4_compress_plain", "fp8_scale", lambda a: torch.ones(1), "fp8_scale: expected None for a bfloat16 cache"),
+    (
+        "c4_compress_ds_mla",
+        "block_table",
+        lambda a: a["block_table"][:, :1].contiguous(),
+        "block_table \\(column q // sbs\\): expected values",
+    ),
+    (
+        "c4_compress_plain",
+        "kv_cache",
+        lambda a: a["kv_cache"].view(torch.uint8).view(torch.float8_e5m2),
+        "kv_cache: expected",
+    ),
+    (
+        "c4_compress_plain",
+        "fp8_scale",
+        lambda a: torch.ones(1),
+        "fp8_scale: expected None for a bfloat16 cache",
+    ),
     ("indexer_compress", "state_cache", lambda a: torch.zeros(2, 4, 1024), "state_cache: expected"),
     ("indexer_compress", "k_cache", lambda a: torch.zeros(2, 4, 136, dtype=torch.uint8), "k_cache: expected"),
-    ("indexer_compress", "k_cache", lambda a: torch.zeros(1064, dtype=torch.uint8).as_strided(
-        (2, 4, 132), (530, 132, 1), 2), "k_cache: expected page stride"),
+    (
+        "indexer_compress",
+        "k_cache",
+        lambda a: torch.zeros(1064, dtype=torch.uint8).as_strided((2, 4, 132), (530, 132, 1), 2),
+        "k_cache: expected page stride",
+    ),
     ("indexer_compress", "use_fp4_cache", lambda a: 1, "use_fp4_cache: expected a bool"),
 ]
 
 
-@pytest.mark.parametrize(("op", "arg", "make", "match"), BAD, ids=[f"{o}-{a}-{i}" for i, (o, a, _, _) in
-                                                                  enumerate(BAD)])
+@pytest.mark.parametrize(
+    ("op", "arg", "make", "match"), BAD, ids=[f"{o}-{a}-{i}" for i, (o, a, _, _) in enumerate(BAD)]
+)
 def test_bad_inputs_raise_before_launch(op, arg, make, match) -> None:
     a = _bad(op)
     before = a[SPECS[op].args[9].name].clone()

@@ -12,9 +12,14 @@ from dsv4kit.kernels.encoders.cases import HOOKS, REGIMES, differing_bytes, make
 from dsv4kit.kernels.encoders.spec import E1, E2, E3, E4, E5, key_encoder
 from dsv4kit.platform import cpu_platform
 
-FORMATS = [("store_rows_ds", {}), ("store_rows_plain", {}), ("store_rows_plain", {"fp8_scale": 0.37}),
-           ("store_rows_plain", {"fp8_scale": 1.0}), ("store_rows_indexer", {"use_fp4": False}),
-           ("store_rows_indexer", {"use_fp4": True})]
+FORMATS = [
+    ("store_rows_ds", {}),
+    ("store_rows_plain", {}),
+    ("store_rows_plain", {"fp8_scale": 0.37}),
+    ("store_rows_plain", {"fp8_scale": 1.0}),
+    ("store_rows_indexer", {"use_fp4": False}),
+    ("store_rows_indexer", {"use_fp4": True}),
+]
 
 
 def _run(case):
@@ -86,5 +91,9 @@ def test_bad_inputs_raise_before_launch() -> None:
         SPECS["store_rows_ds"].op(**{**ds.args, "kv_slot_mapping": torch.tensor([0, 1, 10**6])})
     with pytest.raises(KernelInputError, match="kv_slot_mapping: expected"):
         SPECS["store_rows_ds"].op(**{**ds.args, "kv_slot_mapping": torch.tensor([0, 1])})
-    assert SPECS["store_rows_ds"].op(**{**ds.args, "rows": torch.zeros(0, 512),
-                                        "kv_slot_mapping": torch.zeros(0, dtype=torch.int64)}) is None
+    assert (
+        SPECS["store_rows_ds"].op(
+            **{**ds.args, "rows": torch.zeros(0, 512), "kv_slot_mapping": torch.zeros(0, dtype=torch.int64)}
+        )
+        is None
+    )

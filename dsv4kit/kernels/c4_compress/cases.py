@@ -37,8 +37,18 @@ from dsv4kit.testing.compressor_rule import (
     term_magnitudes,
 )
 
-__all__ = ["KV_REGIMES", "OPS", "SCORE_REGIMES", "SENTINEL", "TEST_TOKENS", "C4Case", "Verdict", "judge",
-           "make_case", "random_case"]
+__all__ = [
+    "KV_REGIMES",
+    "OPS",
+    "SCORE_REGIMES",
+    "SENTINEL",
+    "TEST_TOKENS",
+    "C4Case",
+    "Verdict",
+    "judge",
+    "make_case",
+    "random_case",
+]
 
 SENTINEL = 0xA5
 OPS = ("c4_compress_ds_mla", "c4_compress_plain", "indexer_compress")
@@ -101,11 +111,11 @@ def _clone_strided(x: torch.Tensor, device: torch.device) -> torch.Tensor:
 def _scores(shape: tuple[int, ...], regime: str, g: torch.Generator) -> torch.Tensor:
     if regime == "uniform":
         return torch.full(shape, 0.5)
-    if regime == "saturating":   # one row +60, the others -60 (per column: which row varies)
+    if regime == "saturating":  # one row +60, the others -60 (per column: which row varies)
         s = torch.full(shape, -60.0)
         s[torch.rand(shape[:-1], generator=g) < 0.25] = 60.0
         return s
-    if regime == "huge":         # |s| = 1e4
+    if regime == "huge":  # |s| = 1e4
         return torch.where(torch.rand(shape, generator=g) < 0.5, -1e4, 1e4)
     return torch.randn(shape, generator=g) * 3
 
@@ -114,26 +124,38 @@ def _kv(shape: tuple[int, ...], regime: str, g: torch.Generator) -> torch.Tensor
     if regime == "zero":
         return torch.zeros(shape)
     x = torch.randn(shape, generator=g)
-    if regime == "tiny":         # magnitudes 2^-60 .. 2^-50
+    if regime == "tiny":  # magnitudes 2^-60 .. 2^-50
         return x * torch.exp2(-60 + 10 * torch.rand(shape, generator=g))
-    if regime == "large":        # up to 2^40 (the state's domain, §2.1)
+    if regime == "large":  # up to 2^40 (the state's domain, §2.1)
         return x * torch.exp2(30 + 9 * torch.rand(shape, generator=g))
     return x
 
 
 def _norm_weight(head: int, dtype: torch.dtype, regime: str, g: torch.Generator) -> torch.Tensor:
     w = 1.0 + 0.1 * torch.randn(head, generator=g)
-    if regime == "tiny":         # blocks of amax <= 0.0273 after the norm: the D1 demonstration
+    if regime == "tiny":  # blocks of amax <= 0.0273 after the norm: the D1 demonstration
         w[64:128] *= 0.004
         w[192:256] *= 0.02
     return w.to(dtype)
 
 
-def make_case(op: str, *, lens: tuple[int, ...] = (21, 9, 3), starts: tuple[int, ...] | None = None,
-              sbs: int = 4, kv_bs: int = 64, page_stride: int | None = None,
-              norm_dtype: torch.dtype = torch.bfloat16, kv_regime: str = "normal", score_regime: str = "normal",
-              fp8_scale: float | None = None, use_fp4: bool = False, padding: bool = True, seed: int = 0,
-              max_pos: int | None = None) -> C4Case:
+def make_case(
+    op: str,
+    *,
+    lens: tuple[int, ...] = (21, 9, 3),
+    starts: tuple[int, ...] | None = None,
+    sbs: int = 4,
+    kv_bs: int = 64,
+    page_stride: int | None = None,
+    norm_dtype: torch.dtype = torch.bfloat16,
+    kv_regime: str = "normal",
+    score_regime: str = "normal",
+    fp8_scale: float | None = None,
+    use_fp4: bool = False,
+    padding: bool = True,
+    seed: int = 0,
+    max_pos: int | None = None,
+) -> C4Case:
     """One call of ``op`` over requests of ``lens`` new tokens starting at positions ``starts``.
 
     K6 stores e4m3 when ``fp8_scale`` is given, else bf16. The state holds every row a window
@@ -155,7 +177,7 @@ def make_case(op: str, *, lens: tuple[int, ...] = (21, 9, 3), starts: tuple[int,
     bt = torch.full((len(lens), cols), -1, dtype=torch.int32)
     used = 0
     for r, c in enumerate(need):
-        bt[r, c] = perm[used:used + len(c)]
+        bt[r, c] = perm[used : used + len(c)]
         used += len(c)
     for r, (f, s, n) in enumerate(zip(first, starts, lens, strict=True)):
         q = torch.arange(f, s + n)
@@ -184,19 +206,28 @@ def make_case(op: str, *, lens: tuple[int, ...] = (21, 9, 3), starts: tuple[int,
     else:
         cache = allocate_indexer_cache(pages, kv_bs, page_stride=page_stride, fill=SENTINEL)
     args: dict[str, Any] = dict(
-        state_cache=state, token_to_req=req, positions=pos, slot_mapping=slot, block_table=bt,
-        state_block_size=sbs, rms_norm_weight=_norm_weight(head, norm_dtype, kv_regime, g), rms_norm_eps=EPS,
-        cos_sin_cache=cos_sin(max_pos))
+        state_cache=state,
+        token_to_req=req,
+        positions=pos,
+        slot_mapping=slot,
+        block_table=bt,
+        state_block_size=sbs,
+        rms_norm_weight=_norm_weight(head, norm_dtype, kv_regime, g),
+        rms_norm_eps=EPS,
+        cos_sin_cache=cos_sin(max_pos),
+    )
     args["kv_cache" if op == "c4_compress_plain" else "k_cache"] = cache
     args["kv_slot_mapping"] = kv_slots
     if op == "c4_compress_plain":
         args["fp8_scale"] = None if fp8_scale is None else torch.tensor([fp8_scale], dtype=torch.float32)
     if op == "indexer_compress":
         args["use_fp4_cache"] = use_fp4
-    label = (f"{op} T={t} lens={lens} starts={starts} sbs={sbs} kv_bs={kv_bs} P={page_stride} "
-             f"w={str(norm_dtype).removeprefix('torch.')} kv={kv_regime} s={score_regime}"
-             + (f" fp8_scale={fp8_scale}" if op == "c4_compress_plain" else "")
-             + (f" fp4={use_fp4}" if op == "indexer_compress" else ""))
+    label = (
+        f"{op} T={t} lens={lens} starts={starts} sbs={sbs} kv_bs={kv_bs} P={page_stride} "
+        f"w={str(norm_dtype).removeprefix('torch.')} kv={kv_regime} s={score_regime}"
+        + (f" fp8_scale={fp8_scale}" if op == "c4_compress_plain" else "")
+        + (f" fp4={use_fp4}" if op == "indexer_compress" else "")
+    )
     return C4Case(op, args, label, dict(kv_regime=kv_regime, score_regime=score_regime))
 
 
@@ -216,7 +247,7 @@ def random_case(op: str, i: int, *, tokens: tuple[int, ...] = TEST_TOKENS) -> C4
     lens = _lens_for(t, pick((1, 2, 3)), g)
     starts = tuple(pick((0, 0, 3, 5, 1001, 2000)) for _ in lens)
     if i % 17 == 5:
-        starts = (LAST_POSITION + 1 - lens[0], *starts[1:])   # reaches 1 048 575
+        starts = (LAST_POSITION + 1 - lens[0], *starts[1:])  # reaches 1 048 575
     kv_bs = pick((64, 2, 1))
     head = HEAD_DIM[op]
     if op == "c4_compress_ds_mla":
@@ -225,10 +256,20 @@ def random_case(op: str, i: int, *, tokens: tuple[int, ...] = TEST_TOKENS) -> C4
         stride = pick((None, kv_bs * head + 16))
     else:
         stride = pick((None, kv_bs * 132 + 8, 8448 if kv_bs == 64 else None))
-    return make_case(op, lens=lens, starts=starts, sbs=pick((4, 16)), kv_bs=kv_bs, page_stride=stride,
-                     norm_dtype=pick((torch.bfloat16, torch.float32)), kv_regime=pick(KV_REGIMES),
-                     score_regime=pick(SCORE_REGIMES), fp8_scale=pick((None, 1.0, 2.0**-4, 0.37)),
-                     use_fp4=bool(i % 2), seed=i)
+    return make_case(
+        op,
+        lens=lens,
+        starts=starts,
+        sbs=pick((4, 16)),
+        kv_bs=kv_bs,
+        page_stride=stride,
+        norm_dtype=pick((torch.bfloat16, torch.float32)),
+        kv_regime=pick(KV_REGIMES),
+        score_regime=pick(SCORE_REGIMES),
+        fp8_scale=pick((None, 1.0, 2.0**-4, 0.37)),
+        use_fp4=bool(i % 2),
+        seed=i,
+    )
 
 
 # --------------------------------------------------------------------------- judging
@@ -268,9 +309,9 @@ class Verdict:
 def _regions(op: str, use_fp4: bool, kv_bs: int) -> list[tuple[int, int, int]]:
     """Judged byte ranges of one entry ``(entry multiplier, page offset, size)``."""
     if op == "c4_compress_ds_mla":
-        return [(576, 0, 576), (8, kv_bs * 576, 7)]       # the pad byte is BIT-EXACT
+        return [(576, 0, 576), (8, kv_bs * 576, 7)]  # the pad byte is BIT-EXACT
     if op == "c4_compress_plain":
-        return [(1024, 0, 1024)]                          # (bytes; e4m3 uses the first 512)
+        return [(1024, 0, 1024)]  # (bytes; e4m3 uses the first 512)
     if use_fp4:
         return [(64, 0, 64), (4, kv_bs * 64, 4)]
     return [(128, 0, 128), (4, kv_bs * 128, 4)]
@@ -283,8 +324,18 @@ def judge(case: C4Case, got: torch.Tensor, want: torch.Tensor) -> Verdict:
     head = HEAD_DIM[op]
     cache = a[case.cache_arg]
     got, want = got.cpu(), want.cpu()
-    idx = check_c4_values(op, a["state_cache"], a["token_to_req"], a["positions"], a["slot_mapping"],
-                          a["block_table"], a["cos_sin_cache"], cache, a["kv_slot_mapping"], head)
+    idx = check_c4_values(
+        op,
+        a["state_cache"],
+        a["token_to_req"],
+        a["positions"],
+        a["slot_mapping"],
+        a["block_table"],
+        a["cos_sin_cache"],
+        cache,
+        a["kv_slot_mapping"],
+        head,
+    )
     slots = a["kv_slot_mapping"][idx]
     kv_bs, esize = cache.shape[1], cache.element_size()
     page_bytes = cache.stride(0) * esize
@@ -300,7 +351,7 @@ def judge(case: C4Case, got: torch.Tensor, want: torch.Tensor) -> Verdict:
             size = width if width is not None else size
             mult = width if width is not None else mult
             o = base + page * page_bytes + off + entry * mult
-            judged[o:o + size] = True
+            judged[o : o + size] = True
     other_equal = bool(torch.equal(rg[~judged], rw[~judged]))
     reports: dict[str, RuleReport] = {}
     if len(slots):
@@ -313,16 +364,29 @@ def _magnitudes(case: C4Case, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     a = case.args
     head = HEAD_DIM[case.op]
     p = a["positions"][idx]
-    k, s, _ = window_rows(a["state_cache"], a["block_table"], a["token_to_req"][idx].long(), p, RATIO, True, head)
+    k, s, _ = window_rows(
+        a["state_cache"], a["block_table"], a["token_to_req"][idx].long(), p, RATIO, True, head
+    )
     cs = a["cos_sin_cache"][compressed_position(p, RATIO)]
     m = term_magnitudes(k, s, a["rms_norm_weight"], a["rms_norm_eps"], cs)
-    y = c4_rows(case.op, a["state_cache"], a["token_to_req"], a["positions"], a["block_table"],
-                a["rms_norm_weight"], a["rms_norm_eps"], a["cos_sin_cache"], idx, head)
+    y = c4_rows(
+        case.op,
+        a["state_cache"],
+        a["token_to_req"],
+        a["positions"],
+        a["block_table"],
+        a["rms_norm_weight"],
+        a["rms_norm_eps"],
+        a["cos_sin_cache"],
+        idx,
+        head,
+    )
     return m, y
 
 
-def _rule_reports(case: C4Case, got: torch.Tensor, want: torch.Tensor, idx: torch.Tensor,
-                  slots: torch.Tensor) -> dict[str, RuleReport]:
+def _rule_reports(
+    case: C4Case, got: torch.Tensor, want: torch.Tensor, idx: torch.Tensor, slots: torch.Tensor
+) -> dict[str, RuleReport]:
     from dsv4kit.formats.ds_mla import decode_ds_entries, read_ds_entries
     from dsv4kit.formats.indexer_cache import read_indexer_entries
     from dsv4kit.formats.plain_row import read_plain_rows
@@ -336,9 +400,12 @@ def _rule_reports(case: C4Case, got: torch.Tensor, want: torch.Tensor, idx: torc
         sb = ue8m0_decode(eb.scales).repeat_interleave(64, dim=1)
         amax = y[:, :448].abs().reshape(n, 7, 64).amax(-1)
         bnd = boundary_blocks(amax, q8_exponent).repeat_interleave(64, dim=1)
-        return {"nope": check_compressor_rule(da[:, :448], db[:, :448], m[:, :448], e4m3_step, scale_a=sa,
-                                              scale_b=sb, boundary=bnd),
-                "rope": check_compressor_rule(da[:, 448:], db[:, 448:], m[:, 448:], bf16_ulp)}
+        return {
+            "nope": check_compressor_rule(
+                da[:, :448], db[:, :448], m[:, :448], e4m3_step, scale_a=sa, scale_b=sb, boundary=bnd
+            ),
+            "rope": check_compressor_rule(da[:, 448:], db[:, 448:], m[:, 448:], bf16_ulp),
+        }
     if case.op == "c4_compress_plain":
         scale = case.args["fp8_scale"]
         va, vb = read_plain_rows(got, slots, scale), read_plain_rows(want, slots, scale)
@@ -359,6 +426,14 @@ def _rule_reports(case: C4Case, got: torch.Tensor, want: torch.Tensor, idx: torc
     va, vb = e4m3_decode(xa) * fa[:, None], e4m3_decode(xb) * fb[:, None]
     amax = y.abs().amax(-1, keepdim=True)
     bnd = boundary_blocks(amax, q8_exponent).expand(n, 128)
-    return {"fp8": check_compressor_rule(va, vb, m, e4m3_step, scale_a=fa[:, None].expand(n, 128),
-                                         scale_b=fb[:, None].expand(n, 128), boundary=bnd)}
-
+    return {
+        "fp8": check_compressor_rule(
+            va,
+            vb,
+            m,
+            e4m3_step,
+            scale_a=fa[:, None].expand(n, 128),
+            scale_b=fb[:, None].expand(n, 128),
+            boundary=bnd,
+        )
+    }

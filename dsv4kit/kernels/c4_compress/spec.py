@@ -72,14 +72,21 @@ class C4CompressConfig:
         if isinstance(b, bool) or not isinstance(b, int) or b < 0:
             raise input_error(where, "cache_block_size", "an int >= 0", repr(b))
         if not isinstance(self.compress_ratios, Iterable) or not all(
-                isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in self.compress_ratios):
+            isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in self.compress_ratios
+        ):
             raise input_error(where, "compress_ratios", "ints >= 0", repr(self.compress_ratios))
         normalize_cache_dtype(self.cache_dtype, where)
         if self.indexer_cache_dtype not in INDEXER_CACHE_DTYPES:
-            raise input_error(where, "indexer_cache_dtype", "'fp8' or 'mxfp4'", repr(self.indexer_cache_dtype))
+            raise input_error(
+                where, "indexer_cache_dtype", "'fp8' or 'mxfp4'", repr(self.indexer_cache_dtype)
+            )
         if self.norm_weight_dtype not in NORM_WEIGHT_DTYPES:
-            raise input_error(where, "norm_weight_dtype", f"one of {', '.join(NORM_WEIGHT_DTYPES)}",
-                              repr(self.norm_weight_dtype))
+            raise input_error(
+                where,
+                "norm_weight_dtype",
+                f"one of {', '.join(NORM_WEIGHT_DTYPES)}",
+                repr(self.norm_weight_dtype),
+            )
 
     @property
     def has_c4(self) -> bool:
@@ -109,16 +116,29 @@ class CompressOperands:
     store: StoreOperands
 
 
-def compress_operands(kernel: str, state_cache: torch.Tensor, block_table: torch.Tensor, cache: torch.Tensor,
-                      fp8_scale: torch.Tensor | None, eps: float, t: int) -> CompressOperands:
+def compress_operands(
+    kernel: str,
+    state_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    cache: torch.Tensor,
+    fp8_scale: torch.Tensor | None,
+    eps: float,
+    t: int,
+) -> CompressOperands:
     """The :class:`CompressOperands` of a checked call of ``t`` tokens."""
     if t >= _I32:
         raise input_error(kernel, "positions", f"fewer than {_I32} tokens", t)
     nsb, sbs, row = state_cache.shape
     span = (nsb - 1) * state_cache.stride(0) + sbs * row if nsb else 1
     state = state_cache.as_strided((max(span, 1),), (1,))
-    return CompressOperands(state, state_cache.stride(0), sbs, block_table.stride(0) if block_table.dim() else 0,
-                            eps, cache_operands(cache, fp8_scale, state))
+    return CompressOperands(
+        state,
+        state_cache.stride(0),
+        sbs,
+        block_table.stride(0) if block_table.dim() else 0,
+        eps,
+        cache_operands(cache, fp8_scale, state),
+    )
 
 
 class C4CompressBase(JitKernel[Any]):
@@ -130,34 +150,91 @@ class C4CompressBase(JitKernel[Any]):
     #: The head D the op pools (512 or 128).
     head: ClassVar[int]
 
-    def launch_args(self, key: Any, token_to_req: torch.Tensor, positions: torch.Tensor,
-                    slot_mapping: torch.Tensor, block_table: torch.Tensor, rms_norm_weight: torch.Tensor,
-                    cos_sin_cache: torch.Tensor, kv_slot_mapping: torch.Tensor, ops: CompressOperands,
-                    t: int) -> tuple[Any, ...]:
+    def launch_args(
+        self,
+        key: Any,
+        token_to_req: torch.Tensor,
+        positions: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        block_table: torch.Tensor,
+        rms_norm_weight: torch.Tensor,
+        cos_sin_cache: torch.Tensor,
+        kv_slot_mapping: torch.Tensor,
+        ops: CompressOperands,
+        t: int,
+    ) -> tuple[Any, ...]:
         """The executor's arguments (per backend)."""
         raise NotImplementedError
 
-    def _compress(self, key_args: dict[str, Any], state_cache: torch.Tensor, token_to_req: torch.Tensor,
-                  positions: torch.Tensor, slot_mapping: torch.Tensor, block_table: torch.Tensor,
-                  state_block_size: int, rms_norm_weight: torch.Tensor, rms_norm_eps: float,
-                  cos_sin_cache: torch.Tensor, cache: torch.Tensor, kv_slot_mapping: torch.Tensor,
-                  fp8_scale: torch.Tensor | None, use_fp4_cache: bool | None, debug_checks: bool | None) -> Any:
+    def _compress(
+        self,
+        key_args: dict[str, Any],
+        state_cache: torch.Tensor,
+        token_to_req: torch.Tensor,
+        positions: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        block_table: torch.Tensor,
+        state_block_size: int,
+        rms_norm_weight: torch.Tensor,
+        rms_norm_eps: float,
+        cos_sin_cache: torch.Tensor,
+        cache: torch.Tensor,
+        kv_slot_mapping: torch.Tensor,
+        fp8_scale: torch.Tensor | None,
+        use_fp4_cache: bool | None,
+        debug_checks: bool | None,
+    ) -> Any:
         debug = (not self.platform.is_cuda) if debug_checks is None else debug_checks
-        t, eps = check_c4_inputs(self.name, self.op_name, state_cache, token_to_req, positions, slot_mapping,
-                                 block_table, state_block_size, rms_norm_weight, rms_norm_eps, cos_sin_cache,
-                                 cache, kv_slot_mapping, fp8_scale, use_fp4_cache)
+        t, eps = check_c4_inputs(
+            self.name,
+            self.op_name,
+            state_cache,
+            token_to_req,
+            positions,
+            slot_mapping,
+            block_table,
+            state_block_size,
+            rms_norm_weight,
+            rms_norm_eps,
+            cos_sin_cache,
+            cache,
+            kv_slot_mapping,
+            fp8_scale,
+            use_fp4_cache,
+        )
         self.check_device("state_cache", state_cache)
         if self.op_name == "c4_compress_plain":
-            check_aligned(self.name, "kv_cache", cache, 16)    # the kernels store 16-byte vectors
+            check_aligned(self.name, "kv_cache", cache, 16)  # the kernels store 16-byte vectors
         if debug:
-            check_c4_values(self.name, state_cache, token_to_req, positions, slot_mapping, block_table,
-                            cos_sin_cache, cache, kv_slot_mapping, self.head, fp8_scale)
+            check_c4_values(
+                self.name,
+                state_cache,
+                token_to_req,
+                positions,
+                slot_mapping,
+                block_table,
+                cos_sin_cache,
+                cache,
+                kv_slot_mapping,
+                self.head,
+                fp8_scale,
+            )
         if t == 0:
             return Immediate(None)
         key = self.dispatch(**key_args)
         ops = compress_operands(self.name, state_cache, block_table, cache, fp8_scale, eps, t)
-        args = self.launch_args(key, token_to_req, positions, slot_mapping, block_table, rms_norm_weight,
-                                cos_sin_cache, kv_slot_mapping, ops, t)
+        args = self.launch_args(
+            key,
+            token_to_req,
+            positions,
+            slot_mapping,
+            block_table,
+            rms_norm_weight,
+            cos_sin_cache,
+            kv_slot_mapping,
+            ops,
+            t,
+        )
         return key, args, None, _none
 
     @staticmethod
@@ -168,9 +245,14 @@ class C4CompressBase(JitKernel[Any]):
     def _norm_weight_keys(self, config: C4CompressConfig, **cache: Any) -> list[Any]:
         """Keys traced from ``dispatch`` for the config's norm weight dtype (and ``cache`` inputs)."""
         sw = 2 * self.head
-        return self.trace(rms_norm_weight=Like(shape=(self.head,), dtype=WarmupChoices(
-                              NORM_WEIGHT_DTYPES[config.norm_weight_dtype])),
-                          state_cache=Like(shape=(1, 4, 2 * sw)), cos_sin_cache=Like(shape=(1, 64)), **cache)
+        return self.trace(
+            rms_norm_weight=Like(
+                shape=(self.head,), dtype=WarmupChoices(NORM_WEIGHT_DTYPES[config.norm_weight_dtype])
+            ),
+            state_cache=Like(shape=(1, 4, 2 * sw)),
+            cos_sin_cache=Like(shape=(1, 64)),
+            **cache,
+        )
 
 
 def _none(_: Any) -> None:
@@ -202,9 +284,12 @@ class C4CompressDsMlaBase(C4CompressBase):
         norm_weight_dtype: str
 
     def dispatch(self, rms_norm_weight, state_cache, cos_sin_cache):
-        return self.CompileKey(head_size=rms_norm_weight.shape[0], state_width=state_cache.shape[2] // 2,
-                               rope_head_dim=cos_sin_cache.shape[1],
-                               norm_weight_dtype=str(rms_norm_weight.dtype).removeprefix("torch."))
+        return self.CompileKey(
+            head_size=rms_norm_weight.shape[0],
+            state_width=state_cache.shape[2] // 2,
+            rope_head_dim=cos_sin_cache.shape[1],
+            norm_weight_dtype=str(rms_norm_weight.dtype).removeprefix("torch."),
+        )
 
     @staticmethod
     def applies(config: C4CompressConfig) -> bool:
@@ -215,21 +300,45 @@ class C4CompressDsMlaBase(C4CompressBase):
         return self._norm_weight_keys(cfg) if self.applies(cfg) else []
 
     @kernel_launcher
-    def __call__(self, state_cache: torch.Tensor, token_to_req: torch.Tensor, positions: torch.Tensor,
-                 slot_mapping: torch.Tensor, block_table: torch.Tensor, state_block_size: int,
-                 rms_norm_weight: torch.Tensor, rms_norm_eps: float, cos_sin_cache: torch.Tensor,
-                 k_cache: torch.Tensor, kv_slot_mapping: torch.Tensor, *, debug_checks: bool | None = None) -> Any:
+    def __call__(
+        self,
+        state_cache: torch.Tensor,
+        token_to_req: torch.Tensor,
+        positions: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        block_table: torch.Tensor,
+        state_block_size: int,
+        rms_norm_weight: torch.Tensor,
+        rms_norm_eps: float,
+        cos_sin_cache: torch.Tensor,
+        k_cache: torch.Tensor,
+        kv_slot_mapping: torch.Tensor,
+        *,
+        debug_checks: bool | None = None,
+    ) -> Any:
         """K5 (spec): write E1 of each boundary token's compressed row; returns None.
 
         ``debug_checks`` (default: on under the CPU interpreter, off on a GPU) also reads the
         index arrays back: kv slots unique and in range, request rows, window block-table columns
         and entries, rope rows.
         """
-        return self._compress(dict(rms_norm_weight=rms_norm_weight, state_cache=state_cache,
-                                   cos_sin_cache=cos_sin_cache),
-                              state_cache, token_to_req, positions, slot_mapping, block_table, state_block_size,
-                              rms_norm_weight, rms_norm_eps, cos_sin_cache, k_cache, kv_slot_mapping, None, None,
-                              debug_checks)
+        return self._compress(
+            dict(rms_norm_weight=rms_norm_weight, state_cache=state_cache, cos_sin_cache=cos_sin_cache),
+            state_cache,
+            token_to_req,
+            positions,
+            slot_mapping,
+            block_table,
+            state_block_size,
+            rms_norm_weight,
+            rms_norm_eps,
+            cos_sin_cache,
+            k_cache,
+            kv_slot_mapping,
+            None,
+            None,
+            debug_checks,
+        )
 
 
 class C4CompressPlainBase(C4CompressBase):
@@ -252,10 +361,13 @@ class C4CompressPlainBase(C4CompressBase):
         norm_weight_dtype: str
 
     def dispatch(self, rms_norm_weight, state_cache, cos_sin_cache, kv_cache):
-        return self.CompileKey(head_size=rms_norm_weight.shape[0], state_width=state_cache.shape[2] // 2,
-                               rope_head_dim=cos_sin_cache.shape[1],
-                               store_full_fp8=kv_cache.dtype == torch.float8_e4m3fn,
-                               norm_weight_dtype=str(rms_norm_weight.dtype).removeprefix("torch."))
+        return self.CompileKey(
+            head_size=rms_norm_weight.shape[0],
+            state_width=state_cache.shape[2] // 2,
+            rope_head_dim=cos_sin_cache.shape[1],
+            store_full_fp8=kv_cache.dtype == torch.float8_e4m3fn,
+            norm_weight_dtype=str(rms_norm_weight.dtype).removeprefix("torch."),
+        )
 
     @staticmethod
     def applies(config: C4CompressConfig) -> bool:
@@ -269,20 +381,49 @@ class C4CompressPlainBase(C4CompressBase):
         return self._norm_weight_keys(cfg, kv_cache=Like(shape=(1, 1, DS_HEAD_DIM), dtype=cache_dtype))
 
     @kernel_launcher
-    def __call__(self, state_cache: torch.Tensor, token_to_req: torch.Tensor, positions: torch.Tensor,
-                 slot_mapping: torch.Tensor, block_table: torch.Tensor, state_block_size: int,
-                 rms_norm_weight: torch.Tensor, rms_norm_eps: float, cos_sin_cache: torch.Tensor,
-                 kv_cache: torch.Tensor, kv_slot_mapping: torch.Tensor, fp8_scale: torch.Tensor | None = None,
-                 *, debug_checks: bool | None = None) -> Any:
+    def __call__(
+        self,
+        state_cache: torch.Tensor,
+        token_to_req: torch.Tensor,
+        positions: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        block_table: torch.Tensor,
+        state_block_size: int,
+        rms_norm_weight: torch.Tensor,
+        rms_norm_eps: float,
+        cos_sin_cache: torch.Tensor,
+        kv_cache: torch.Tensor,
+        kv_slot_mapping: torch.Tensor,
+        fp8_scale: torch.Tensor | None = None,
+        *,
+        debug_checks: bool | None = None,
+    ) -> Any:
         """K6 (spec): write E2 / E3 of each boundary token's compressed row; returns None.
 
         ``debug_checks`` as K5's, plus ``fp8_scale`` finite and > 0.
         """
-        return self._compress(dict(rms_norm_weight=rms_norm_weight, state_cache=state_cache,
-                                   cos_sin_cache=cos_sin_cache, kv_cache=kv_cache),
-                              state_cache, token_to_req, positions, slot_mapping, block_table, state_block_size,
-                              rms_norm_weight, rms_norm_eps, cos_sin_cache, kv_cache, kv_slot_mapping, fp8_scale,
-                              None, debug_checks)
+        return self._compress(
+            dict(
+                rms_norm_weight=rms_norm_weight,
+                state_cache=state_cache,
+                cos_sin_cache=cos_sin_cache,
+                kv_cache=kv_cache,
+            ),
+            state_cache,
+            token_to_req,
+            positions,
+            slot_mapping,
+            block_table,
+            state_block_size,
+            rms_norm_weight,
+            rms_norm_eps,
+            cos_sin_cache,
+            kv_cache,
+            kv_slot_mapping,
+            fp8_scale,
+            None,
+            debug_checks,
+        )
 
 
 class IndexerCompressBase(C4CompressBase):
@@ -308,11 +449,15 @@ class IndexerCompressBase(C4CompressBase):
         scale_dim: int = fixed(4)
 
     def dispatch(self, rms_norm_weight, state_cache, cos_sin_cache, use_fp4_cache):
-        return self.CompileKey(use_fp4_cache=use_fp4_cache,
-                               norm_weight_dtype=str(rms_norm_weight.dtype).removeprefix("torch."),
-                               head_size=rms_norm_weight.shape[0], state_width=state_cache.shape[2] // 2,
-                               rope_head_dim=cos_sin_cache.shape[1], quant_block=32 if use_fp4_cache else 128,
-                               token_stride=64 if use_fp4_cache else 128)
+        return self.CompileKey(
+            use_fp4_cache=use_fp4_cache,
+            norm_weight_dtype=str(rms_norm_weight.dtype).removeprefix("torch."),
+            head_size=rms_norm_weight.shape[0],
+            state_width=state_cache.shape[2] // 2,
+            rope_head_dim=cos_sin_cache.shape[1],
+            quant_block=32 if use_fp4_cache else 128,
+            token_stride=64 if use_fp4_cache else 128,
+        )
 
     @staticmethod
     def applies(config: C4CompressConfig) -> bool:
@@ -325,17 +470,46 @@ class IndexerCompressBase(C4CompressBase):
         return self._norm_weight_keys(cfg, use_fp4_cache=WarmupChoices(cfg.indexer_cache_dtype == "mxfp4"))
 
     @kernel_launcher
-    def __call__(self, state_cache: torch.Tensor, token_to_req: torch.Tensor, positions: torch.Tensor,
-                 slot_mapping: torch.Tensor, block_table: torch.Tensor, state_block_size: int,
-                 rms_norm_weight: torch.Tensor, rms_norm_eps: float, cos_sin_cache: torch.Tensor,
-                 k_cache: torch.Tensor, kv_slot_mapping: torch.Tensor, use_fp4_cache: bool, *,
-                 debug_checks: bool | None = None) -> Any:
+    def __call__(
+        self,
+        state_cache: torch.Tensor,
+        token_to_req: torch.Tensor,
+        positions: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        block_table: torch.Tensor,
+        state_block_size: int,
+        rms_norm_weight: torch.Tensor,
+        rms_norm_eps: float,
+        cos_sin_cache: torch.Tensor,
+        k_cache: torch.Tensor,
+        kv_slot_mapping: torch.Tensor,
+        use_fp4_cache: bool,
+        *,
+        debug_checks: bool | None = None,
+    ) -> Any:
         """K9 (spec): write E4 / E5 of each boundary token's compressed indexer key; returns None."""
-        return self._compress(dict(rms_norm_weight=rms_norm_weight, state_cache=state_cache,
-                                   cos_sin_cache=cos_sin_cache, use_fp4_cache=use_fp4_cache),
-                              state_cache, token_to_req, positions, slot_mapping, block_table, state_block_size,
-                              rms_norm_weight, rms_norm_eps, cos_sin_cache, k_cache, kv_slot_mapping, None,
-                              use_fp4_cache, debug_checks)
+        return self._compress(
+            dict(
+                rms_norm_weight=rms_norm_weight,
+                state_cache=state_cache,
+                cos_sin_cache=cos_sin_cache,
+                use_fp4_cache=use_fp4_cache,
+            ),
+            state_cache,
+            token_to_req,
+            positions,
+            slot_mapping,
+            block_table,
+            state_block_size,
+            rms_norm_weight,
+            rms_norm_eps,
+            cos_sin_cache,
+            k_cache,
+            kv_slot_mapping,
+            None,
+            use_fp4_cache,
+            debug_checks,
+        )
 
 
 # --------------------------------------------------------------------------- the model's view
@@ -344,15 +518,18 @@ class IndexerCompressBase(C4CompressBase):
 def _config(stack: Any, layer: Any) -> C4CompressConfig | None:
     if layer.compress_ratio != RATIO:
         return None
-    return C4CompressConfig(stack.block_size, (RATIO,), stack.cache_dtype, stack.indexer_cache_dtype,
-                            stack.norm_weight_dtype)
+    return C4CompressConfig(
+        stack.block_size, (RATIO,), stack.cache_dtype, stack.indexer_cache_dtype, stack.norm_weight_dtype
+    )
 
 
 def _gated(contract: type[C4CompressBase]):
     """The registration gate of ``contract``: the layer's config where the runtime calls the op."""
+
     def config(stack: Any, layer: Any) -> C4CompressConfig | None:
         cfg = _config(stack, layer)
         return cfg if cfg is not None and contract.applies(cfg) else None
+
     return config
 
 
@@ -360,8 +537,12 @@ def _state_spec(t: int, head: int, sbs: int) -> TensorSpec:
     # The very pool K4 writes (same name, same shape): in launch mode K5/K9 read K4's rows.
     sw = 2 * head
     nsb = max(1, -(-t // sbs))
-    return TensorSpec((nsb, sbs, 2 * sw), torch.float32, pool=f"state:{sw}",
-                      make=lambda device: allocate_state_cache(nsb, sbs, sw, device=device))
+    return TensorSpec(
+        (nsb, sbs, 2 * sw),
+        torch.float32,
+        pool=f"state:{sw}",
+        make=lambda device: allocate_state_cache(nsb, sbs, sw, device=device),
+    )
 
 
 def _per_token(step: Any) -> tuple[list[int], list[int]]:
@@ -378,7 +559,7 @@ def _kv_slots(step: Any, capacity: int) -> TensorSpec:
         pos = step.positions()
         out = torch.full((step.padded_tokens,), -1, dtype=torch.int64)
         live = torch.zeros(step.padded_tokens, dtype=torch.bool)
-        live[:step.num_tokens] = True
+        live[: step.num_tokens] = True
         sel = torch.nonzero(live & ((pos + 1) % RATIO == 0)).flatten()[:capacity]
         out[sel] = torch.arange(sel.numel())
         return out
@@ -392,15 +573,39 @@ def _cache(stack: Any, op: str) -> tuple[str, TensorSpec, int]:
     n = LAUNCH_POOL_PAGES
     if op == "c4_compress_ds_mla":
         stride = ds_min_page_stride(bs)
-        return "k_cache", TensorSpec((n, bs, DS_ENTRY_BYTES), torch.uint8, (stride, DS_ENTRY_BYTES, 1),
-                                     pool=f"ds_cache:{bs}",
-                                     make=lambda device: allocate_ds_cache(n, bs, device=device)), n * bs
+        return (
+            "k_cache",
+            TensorSpec(
+                (n, bs, DS_ENTRY_BYTES),
+                torch.uint8,
+                (stride, DS_ENTRY_BYTES, 1),
+                pool=f"ds_cache:{bs}",
+                make=lambda device: allocate_ds_cache(n, bs, device=device),
+            ),
+            n * bs,
+        )
     if op == "c4_compress_plain":
         dtype = torch.float8_e4m3fn if stack.kv_cache_dtype == "fp8" else torch.bfloat16
-        return "kv_cache", TensorSpec((n, bs, DS_HEAD_DIM), dtype, pool=f"plain_cache:{bs}:{dtype}",
-                                      make=lambda device: allocate_plain_cache(n, bs, dtype, device=device)), n * bs
-    return "k_cache", TensorSpec((n, bs, IDX_ENTRY_BYTES), torch.uint8, pool=f"indexer_cache:{bs}",
-                                 make=lambda device: allocate_indexer_cache(n, bs, device=device)), n * bs
+        return (
+            "kv_cache",
+            TensorSpec(
+                (n, bs, DS_HEAD_DIM),
+                dtype,
+                pool=f"plain_cache:{bs}:{dtype}",
+                make=lambda device: allocate_plain_cache(n, bs, dtype, device=device),
+            ),
+            n * bs,
+        )
+    return (
+        "k_cache",
+        TensorSpec(
+            (n, bs, IDX_ENTRY_BYTES),
+            torch.uint8,
+            pool=f"indexer_cache:{bs}",
+            make=lambda device: allocate_indexer_cache(n, bs, device=device),
+        ),
+        n * bs,
+    )
 
 
 def _sites(op: str, head: int, site: str):
@@ -417,35 +622,52 @@ def _sites(op: str, head: int, site: str):
         cache_arg, cache, capacity = _cache(stack, op)
         args = {
             "state_cache": state,
-            "token_to_req": TensorSpec((t,), torch.int32, values=lambda: torch.tensor(req, dtype=torch.int32)),
+            "token_to_req": TensorSpec(
+                (t,), torch.int32, values=lambda: torch.tensor(req, dtype=torch.int32)
+            ),
             "positions": TensorSpec((t,), torch.int64, values=step.positions),
             "slot_mapping": TensorSpec((t,), torch.int64, values=step.slot_mapping),
             # Block ids alias the small state pool: launch mode needs in-range rows, not real ones.
-            "block_table": TensorSpec((nreq, width), torch.int32, values=lambda: (
-                torch.arange(nreq * width, dtype=torch.int32) % nsb).view(nreq, width)),
+            "block_table": TensorSpec(
+                (nreq, width),
+                torch.int32,
+                values=lambda: (torch.arange(nreq * width, dtype=torch.int32) % nsb).view(nreq, width),
+            ),
             "state_block_size": sbs,
-            "rms_norm_weight": TensorSpec((head,), NORM_WEIGHT_DTYPES[stack.norm_weight_dtype],
-                                          pool=f"norm_weight:{head}:{stack.norm_weight_dtype}"),
+            "rms_norm_weight": TensorSpec(
+                (head,),
+                NORM_WEIGHT_DTYPES[stack.norm_weight_dtype],
+                pool=f"norm_weight:{head}:{stack.norm_weight_dtype}",
+            ),
             "rms_norm_eps": p.rms_norm_eps,
             # The compressors read the layer's fp32 compress RoPE cache (a bf16 one raises: trap 1).
-            "cos_sin_cache": TensorSpec((p.compress_rope.max_pos, p.compress_rope.rope_dim), torch.float32,
-                                        pool="cos_sin:float32"),
+            "cos_sin_cache": TensorSpec(
+                (p.compress_rope.max_pos, p.compress_rope.rope_dim), torch.float32, pool="cos_sin:float32"
+            ),
             cache_arg: cache,
             "kv_slot_mapping": _kv_slots(step, capacity),
         }
         if op == "c4_compress_plain":
-            args["fp8_scale"] = (TensorSpec((1,), torch.float32, values=lambda: torch.ones(1))
-                                 if stack.kv_cache_dtype == "fp8" else None)
+            args["fp8_scale"] = (
+                TensorSpec((1,), torch.float32, values=lambda: torch.ones(1))
+                if stack.kv_cache_dtype == "fp8"
+                else None
+            )
         if op == "indexer_compress":
             args["use_fp4_cache"] = stack.indexer_cache_dtype == "mxfp4"
         return [Site(site, args)]
+
     return call_sites
 
 
 def _unused_ds(stack: Any) -> str | None:
     if stack.kv_cache_dtype == "fp8_ds_mla" and stack.block_size > 0:
         return None
-    why = "B = 0 (no paged cache)" if stack.block_size == 0 else f"the KV cache is {stack.cache_dtype} (K6 stores it)"
+    why = (
+        "B = 0 (no paged cache)"
+        if stack.block_size == 0
+        else f"the KV cache is {stack.cache_dtype} (K6 stores it)"
+    )
     return f"K5 not used by this runtime: {why}"
 
 
@@ -459,28 +681,73 @@ def _explain_dead(stack: Any, key: Any, stats: Any) -> str | None:
     return "no step in this trace" if not stats.tokens else None
 
 
-def _spec(contract: type[C4CompressBase], spec_id: str, summary: str, reference: Any, triton_cls: str,
-          cutedsl_cls: str, site: str, unused: Any = None) -> FamilySpec:
-    hooks = ModelHooks(config=_gated(contract), call_sites=_sites(contract.op_name, contract.head, site),
-                       explain_dead=_explain_dead, **({"unused": unused} if unused else {}))
+def _spec(
+    contract: type[C4CompressBase],
+    spec_id: str,
+    summary: str,
+    reference: Any,
+    triton_cls: str,
+    cutedsl_cls: str,
+    site: str,
+    unused: Any = None,
+) -> FamilySpec:
+    hooks = ModelHooks(
+        config=_gated(contract),
+        call_sites=_sites(contract.op_name, contract.head, site),
+        explain_dead=_explain_dead,
+        **({"unused": unused} if unused else {}),
+    )
     return FamilySpec(
-        name=contract.op_name, spec_id=spec_id, summary=summary, op_name=contract.op_name,
-        args=ARGS[contract.op_name], contract=contract,
+        name=contract.op_name,
+        spec_id=spec_id,
+        summary=summary,
+        op_name=contract.op_name,
+        args=ARGS[contract.op_name],
+        contract=contract,
         variants={DEFAULT_VARIANT: Variant(reference, triton_cls, cutedsl_cls)},
         returns="None (the entries of boundary tokens with slots >= 0 are written in place; no other byte "
-                "changes)",
-        device_arg="state_cache", config_type=C4CompressConfig, model=hooks, folder="c4_compress")
+        "changes)",
+        device_arg="state_cache",
+        config_type=C4CompressConfig,
+        model=hooks,
+        folder="c4_compress",
+    )
 
 
-SPECS: dict[str, FamilySpec] = {s.name: s for s in (
-    _spec(C4CompressDsMlaBase, "K5", "C4 main compressor: pool the 8-row window at each boundary token, RMSNorm, "
-          "RoPE, E1 into the fp8_ds_mla cache; C4 layers with an fp8_ds_mla cache, every step",
-          c4_compress_ds_mla_reference, "C4CompressDsMlaTriton", "C4CompressDsMlaCuTeDSL", "compress_main",
-          _unused_ds),
-    _spec(C4CompressPlainBase, "K6", "C4 main compressor into a plain-row cache (E2 bf16 or E3 e4m3); C4 layers "
-          "with a bf16 / fp8 cache, every step", c4_compress_plain_reference, "C4CompressPlainTriton",
-          "C4CompressPlainCuTeDSL", "compress_main", _unused_plain),
-    _spec(IndexerCompressBase, "K9", "C4 indexer compressor (head 128): E4 FP8 or E5 MXFP4 into the indexer K "
-          "cache; C4 layers, every step", indexer_compress_reference, "IndexerCompressTriton",
-          "IndexerCompressCuTeDSL", "compress_indexer"),
-)}
+SPECS: dict[str, FamilySpec] = {
+    s.name: s
+    for s in (
+        _spec(
+            C4CompressDsMlaBase,
+            "K5",
+            "C4 main compressor: pool the 8-row window at each boundary token, RMSNorm, "
+            "RoPE, E1 into the fp8_ds_mla cache; C4 layers with an fp8_ds_mla cache, every step",
+            c4_compress_ds_mla_reference,
+            "C4CompressDsMlaTriton",
+            "C4CompressDsMlaCuTeDSL",
+            "compress_main",
+            _unused_ds,
+        ),
+        _spec(
+            C4CompressPlainBase,
+            "K6",
+            "C4 main compressor into a plain-row cache (E2 bf16 or E3 e4m3); C4 layers "
+            "with a bf16 / fp8 cache, every step",
+            c4_compress_plain_reference,
+            "C4CompressPlainTriton",
+            "C4CompressPlainCuTeDSL",
+            "compress_main",
+            _unused_plain,
+        ),
+        _spec(
+            IndexerCompressBase,
+            "K9",
+            "C4 indexer compressor (head 128): E4 FP8 or E5 MXFP4 into the indexer K "
+            "cache; C4 layers, every step",
+            indexer_compress_reference,
+            "IndexerCompressTriton",
+            "IndexerCompressCuTeDSL",
+            "compress_indexer",
+        ),
+    )
+}

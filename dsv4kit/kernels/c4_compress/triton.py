@@ -40,13 +40,19 @@ from dsv4kit.kernels.c4_compress.spec import (
 from dsv4kit.kernels.encoders.spec import key_encoder
 from dsv4kit.kernels.encoders.triton import encode_store
 
-__all__ = ["C4CompressDsMlaTriton", "C4CompressPlainTriton", "IndexerCompressTriton", "c4_compress_kernel",
-           "pool_norm_rope"]
+__all__ = [
+    "C4CompressDsMlaTriton",
+    "C4CompressPlainTriton",
+    "IndexerCompressTriton",
+    "c4_compress_kernel",
+    "pool_norm_rope",
+]
 
 
 @triton.jit
-def pool_norm_rope(state_ptr, bt_ptr, nw_ptr, cs_ptr, req, p, sbs, block_stride, bt_stride, eps,
-                   D: tl.constexpr):
+def pool_norm_rope(
+    state_ptr, bt_ptr, nw_ptr, cs_ptr, req, p, sbs, block_stride, bt_stride, eps, D: tl.constexpr
+):
     """The fp32 row y ``[D / 64, 64]`` of the boundary token at position ``p`` of request ``req``."""
     j = tl.arange(0, 8)
     q = p - 7 + j
@@ -80,20 +86,30 @@ def pool_norm_rope(state_ptr, bt_ptr, nw_ptr, cs_ptr, req, p, sbs, block_stride,
     return tl.reshape(tl.join(y_e, y_o), (NB, 64))
 
 
-@triton.jit(do_not_specialize=["sbs", "block_stride", "bt_stride", "kv_bs", "page_stride"],
-            do_not_specialize_on_alignment=["req_ptr", "pos_ptr", "slot_ptr", "bt_ptr", "nw_ptr", "cs_ptr",
-                                            "kv_slot_ptr", "scale_ptr"])
+@triton.jit(
+    do_not_specialize=["sbs", "block_stride", "bt_stride", "kv_bs", "page_stride"],
+    do_not_specialize_on_alignment=[
+        "req_ptr",
+        "pos_ptr",
+        "slot_ptr",
+        "bt_ptr",
+        "nw_ptr",
+        "cs_ptr",
+        "kv_slot_ptr",
+        "scale_ptr",
+    ],
+)
 def c4_compress_kernel(
-    state_ptr,           # fp32: the state cache from its first block (CompressOperands.state)
-    req_ptr,             # int32 [T] token_to_req
-    pos_ptr,             # int64 [T]
-    slot_ptr,            # int64 [T] state slots (< 0: padding)
-    bt_ptr,              # int32 block table: row r at r * bt_stride
-    nw_ptr,              # bf16 / fp32 [D] norm weight
-    cs_ptr,              # fp32 [max_pos, 64] cos/sin
-    kv_slot_ptr,         # int64 [T] compressed-cache slots (< 0: skip)
-    cache_ptr,           # uint8: the cache from its first page (StoreOperands.cache)
-    scale_ptr,           # fp32 [1] fp8_scale (E3), otherwise never read
+    state_ptr,  # fp32: the state cache from its first block (CompressOperands.state)
+    req_ptr,  # int32 [T] token_to_req
+    pos_ptr,  # int64 [T]
+    slot_ptr,  # int64 [T] state slots (< 0: padding)
+    bt_ptr,  # int32 block table: row r at r * bt_stride
+    nw_ptr,  # bf16 / fp32 [D] norm weight
+    cs_ptr,  # fp32 [max_pos, 64] cos/sin
+    kv_slot_ptr,  # int64 [T] compressed-cache slots (< 0: skip)
+    cache_ptr,  # uint8: the cache from its first page (StoreOperands.cache)
+    scale_ptr,  # fp32 [1] fp8_scale (E3), otherwise never read
     sbs: tl.int32,
     block_stride: tl.int64,
     bt_stride: tl.int64,
@@ -112,10 +128,13 @@ def c4_compress_kernel(
         if block_stride % 4 == 0:
             # The usual state cache: written so, every row offset is provably 16-byte aligned
             # (a fact checked here, not an assumption) and the tile loads are 16-byte vectors.
-            y = pool_norm_rope(state_ptr, bt_ptr, nw_ptr, cs_ptr, req, p, sbs, (block_stride // 4) * 4,
-                               bt_stride, eps, D)
+            y = pool_norm_rope(
+                state_ptr, bt_ptr, nw_ptr, cs_ptr, req, p, sbs, (block_stride // 4) * 4, bt_stride, eps, D
+            )
         else:
-            y = pool_norm_rope(state_ptr, bt_ptr, nw_ptr, cs_ptr, req, p, sbs, block_stride, bt_stride, eps, D)
+            y = pool_norm_rope(
+                state_ptr, bt_ptr, nw_ptr, cs_ptr, req, p, sbs, block_stride, bt_stride, eps, D
+            )
         encode_store(y, cache_ptr, scale_ptr, kv_slot, kv_bs, page_stride, ENC, D // 64)
 
 
@@ -124,7 +143,7 @@ class _C4CompressTriton:
 
     kernel_fn = c4_compress_kernel
     params = {
-        "state_ptr": Ptr(torch.float32),          # data_ptr % 16 == 0: checked (§2.8)
+        "state_ptr": Ptr(torch.float32),  # data_ptr % 16 == 0: checked (§2.8)
         "req_ptr": Ptr(torch.int32, aligned=False),
         "pos_ptr": Ptr(torch.int64, aligned=False),
         "slot_ptr": Ptr(torch.int64, aligned=False),
@@ -132,7 +151,7 @@ class _C4CompressTriton:
         "nw_ptr": Ptr("norm_weight_dtype", aligned=False),
         "cs_ptr": Ptr(torch.float32, aligned=False),
         "kv_slot_ptr": Ptr(torch.int64, aligned=False),
-        "cache_ptr": Ptr(torch.uint8),             # data_ptr % 16 (32 for fp8_ds_mla) == 0: checked
+        "cache_ptr": Ptr(torch.uint8),  # data_ptr % 16 (32 for fp8_ds_mla) == 0: checked
         "scale_ptr": Ptr(torch.float32, aligned=False),
         "sbs": Runtime(),
         "block_stride": Runtime(),
@@ -150,24 +169,53 @@ class _C4CompressTriton:
     def grid(self, key: Any, args: Mapping[str, Any]) -> tuple[int, ...]:
         return (args["pos_ptr"].shape[0],)
 
-    def launch_args(self, key, token_to_req, positions, slot_mapping, block_table, rms_norm_weight,
-                    cos_sin_cache, kv_slot_mapping, ops: CompressOperands, t) -> tuple[Any, ...]:
+    def launch_args(
+        self,
+        key,
+        token_to_req,
+        positions,
+        slot_mapping,
+        block_table,
+        rms_norm_weight,
+        cos_sin_cache,
+        kv_slot_mapping,
+        ops: CompressOperands,
+        t,
+    ) -> tuple[Any, ...]:
         st = ops.store
-        return (ops.state, token_to_req, positions, slot_mapping, block_table, rms_norm_weight, cos_sin_cache,
-                kv_slot_mapping, st.cache, st.scale, ops.sbs, ops.block_stride, ops.bt_stride, ops.eps, st.kv_bs,
-                st.page_stride)
+        return (
+            ops.state,
+            token_to_req,
+            positions,
+            slot_mapping,
+            block_table,
+            rms_norm_weight,
+            cos_sin_cache,
+            kv_slot_mapping,
+            st.cache,
+            st.scale,
+            ops.sbs,
+            ops.block_stride,
+            ops.bt_stride,
+            ops.eps,
+            st.kv_bs,
+            st.page_stride,
+        )
 
 
-class C4CompressDsMlaTriton(_C4CompressTriton, C4CompressDsMlaBase,
-                            TritonJitKernel["C4CompressDsMlaBase.CompileKey"]):
+class C4CompressDsMlaTriton(
+    _C4CompressTriton, C4CompressDsMlaBase, TritonJitKernel["C4CompressDsMlaBase.CompileKey"]
+):
     """K5 on Triton (GPU, or the interpreter on CPU)."""
 
 
-class C4CompressPlainTriton(_C4CompressTriton, C4CompressPlainBase,
-                            TritonJitKernel["C4CompressPlainBase.CompileKey"]):
+class C4CompressPlainTriton(
+    _C4CompressTriton, C4CompressPlainBase, TritonJitKernel["C4CompressPlainBase.CompileKey"]
+):
     """K6 on Triton."""
 
 
-class IndexerCompressTriton(_C4CompressTriton, IndexerCompressBase,
-                            TritonJitKernel["IndexerCompressBase.CompileKey"]):
+class IndexerCompressTriton(
+    _C4CompressTriton, IndexerCompressBase, TritonJitKernel["IndexerCompressBase.CompileKey"]
+):
     """K9 on Triton."""

@@ -26,7 +26,18 @@ REGIMES = ("zero", "tiny", "normal", "large", "saturating", "outlier", "crafted"
 
 # Crafted values in units of a block scale of 1 (block amax 448, resp. 6): bf16 ties, e4m3 ties and
 # carries, tiny negatives that round to -0, and the E2M1 thresholds.
-_E4M3_CRAFTED = (1 + 3 * 2**-8, 17.0, 19.0, 15.9, 0.5 + 2**-10, -(2.0**-12), -(2.0**-11), 2.0**-10, 240.0, 232.0)
+_E4M3_CRAFTED = (
+    1 + 3 * 2**-8,
+    17.0,
+    19.0,
+    15.9,
+    0.5 + 2**-10,
+    -(2.0**-12),
+    -(2.0**-11),
+    2.0**-10,
+    240.0,
+    232.0,
+)
 _E2M1_CRAFTED = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -1.25, -5.0, 0.2, 5.5)
 
 
@@ -38,19 +49,19 @@ def rows(regime: str, t: int, d: int, seed: int = 0) -> torch.Tensor:
     if regime == "zero":
         x = torch.zeros(t, d)
         x[:, 1::3] = -0.0
-    elif regime == "tiny":      # 2^-60 .. 2^-50, and blocks of amax in (0, 0.0273]: the D1 demo
+    elif regime == "tiny":  # 2^-60 .. 2^-50, and blocks of amax in (0, 0.0273]: the D1 demo
         x = x * torch.exp2(-60 + 10 * torch.rand(t, d, generator=g))
         x[:, 64:128] = torch.randn(t, 64, generator=g) * 0.004
         x[:, 128:192] = torch.randn(t, 64, generator=g) * 0.01 if d > 128 else x[:, 128:192]
-    elif regime == "large":     # up to 2^100
+    elif regime == "large":  # up to 2^100
         e = torch.randint(60, 99, (t, d // 32, 1), generator=g).float()
         x = (blocks * torch.exp2(e)).reshape(t, d)
     elif regime == "saturating":
         k = torch.randint(-8, 9, (t, d // 32, 1), generator=g).float()
         top = torch.where(torch.rand(t, d // 32, 1, generator=g) < 0.5, 448.0, 6.0)
         blocks.mul_(0.3 * top * torch.exp2(k))
-        blocks[:, :, 0] = (top * torch.exp2(k))[..., 0]              # amax exactly 448 2^k / 6 2^k
-        blocks[:, 1::2, 1] = -(top * torch.exp2(k))[:, 1::2, 0] * (1 + 2.0**-7)   # next bf16 above
+        blocks[:, :, 0] = (top * torch.exp2(k))[..., 0]  # amax exactly 448 2^k / 6 2^k
+        blocks[:, 1::2, 1] = -(top * torch.exp2(k))[:, 1::2, 0] * (1 + 2.0**-7)  # next bf16 above
         x = blocks.reshape(t, d)
     elif regime == "outlier":
         blocks[:, :, 3] *= 1e4
@@ -90,8 +101,17 @@ class StoreCase:
         return StoreCase(self.hook, args, self.label)
 
 
-def make_case(hook: str, t: int = 37, *, regime: str = "normal", kv_bs: int = 16, page_stride: int | None = None,
-              fp8_scale: float | None = None, use_fp4: bool = False, seed: int = 0) -> StoreCase:
+def make_case(
+    hook: str,
+    t: int = 37,
+    *,
+    regime: str = "normal",
+    kv_bs: int = 16,
+    page_stride: int | None = None,
+    fp8_scale: float | None = None,
+    use_fp4: bool = False,
+    seed: int = 0,
+) -> StoreCase:
     """``t`` rows into a cache with room for ``t + 3`` entries (shuffled slots, some -1)."""
     g = torch.Generator().manual_seed(seed + 7)
     d = HEAD_DIM[hook]
@@ -106,14 +126,20 @@ def make_case(hook: str, t: int = 37, *, regime: str = "normal", kv_bs: int = 16
         cache = allocate_plain_cache(pages, kv_bs, dtype, page_stride=page_stride, fill_byte=SENTINEL)
     else:
         cache = allocate_indexer_cache(pages, kv_bs, page_stride=page_stride, fill=SENTINEL)
-    args: dict[str, Any] = {"rows": rows(regime, t, d, seed), CACHE_ARG[hook]: cache, "kv_slot_mapping": slots}
+    args: dict[str, Any] = {
+        "rows": rows(regime, t, d, seed),
+        CACHE_ARG[hook]: cache,
+        "kv_slot_mapping": slots,
+    }
     if hook == "store_rows_plain":
         args["fp8_scale"] = None if fp8_scale is None else torch.tensor([fp8_scale], dtype=torch.float32)
     if hook == "store_rows_indexer":
         args["use_fp4"] = use_fp4
-    label = (f"{hook} T={t} {regime} kv_bs={kv_bs} P={page_stride}"
-             + (f" fp8_scale={fp8_scale}" if hook == "store_rows_plain" else "")
-             + (f" fp4={use_fp4}" if hook == "store_rows_indexer" else ""))
+    label = (
+        f"{hook} T={t} {regime} kv_bs={kv_bs} P={page_stride}"
+        + (f" fp8_scale={fp8_scale}" if hook == "store_rows_plain" else "")
+        + (f" fp4={use_fp4}" if hook == "store_rows_indexer" else "")
+    )
     return StoreCase(hook, args, label)
 
 
@@ -128,9 +154,16 @@ def random_case(hook: str, i: int) -> StoreCase:
         stride = pick((None, kv_bs * 512 + 16))
     else:
         stride = pick((None, kv_bs * 132 + 4))
-    return make_case(hook, pick((1, 7, 32, 257)), regime=REGIMES[i % len(REGIMES)], kv_bs=kv_bs,
-                     page_stride=stride, fp8_scale=pick((None, 1.0, 2.0**-4, 0.37)), use_fp4=bool(i % 2),
-                     seed=i)
+    return make_case(
+        hook,
+        pick((1, 7, 32, 257)),
+        regime=REGIMES[i % len(REGIMES)],
+        kv_bs=kv_bs,
+        page_stride=stride,
+        fp8_scale=pick((None, 1.0, 2.0**-4, 0.37)),
+        use_fp4=bool(i % 2),
+        seed=i,
+    )
 
 
 def differing_bytes(a: torch.Tensor, b: torch.Tensor) -> int:
