@@ -14,6 +14,9 @@ an illegal address. ``CUDA_LAUNCH_BLOCKING=1`` hid it (every launch completes be
 
 Two parts, both make the race certain instead of a matter of timing: the writes of the inputs
 are queued behind ``torch.cuda._sleep`` on the current stream, and a harness is called at once.
+First the process is *primed* as the sweep is when it times a point (torch's stream pool created,
+the kernel's module loaded): in a fresh process those first uses synchronize with the device and
+hide the race (the first version of this probe saw no race for that reason, H200, 2026-12-01).
 
 1. ``ordering``: a function whose first call snapshots a flag written behind the sleep (in this
    process: no variant can fault). Every harness must see the written flag. Triton's

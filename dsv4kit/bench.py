@@ -88,13 +88,14 @@ def graph_median_ms(fn: Callable[[], Any], *, rep_ms: int = 200, retries: int = 
 
     The method of ``triton.testing.do_bench_cudagraph`` (one eager call, a 5-call estimate, a
     graph of ``rep_ms / estimate`` calls, ``retries`` timed replays), with one difference that
-    matters: Triton's version runs ``fn`` on a fresh ``torch.cuda.Stream()`` that does not wait
-    for the caller's stream, so its first eager calls can start before the caller's queued
-    writes of ``fn``'s inputs have finished. A kernel then reads a block table, lengths or
-    indices that are still the previous contents of a reused allocation: garbage pages and an
-    illegal address, seen only without ``CUDA_LAUNCH_BLOCKING`` (the K3 full-sweep fault,
-    ``benchmarks/results/NOTES.md``). Here the side stream waits for the caller's stream first,
-    and the caller's stream waits for the side stream at the end.
+    matters: Triton's version runs ``fn`` on a fresh ``torch.cuda.Stream()`` (a pool stream,
+    created non-blocking) that never waits for the caller's stream, so its first eager calls can
+    start while the caller's queued writes of ``fn``'s inputs are still running. In the K3 sweep
+    the kernel then read a block table and lengths that still held the previous contents of
+    reused allocations, and faulted on an illegal address at the same point of every full run,
+    never under ``CUDA_LAUNCH_BLOCKING=1`` (``benchmarks/results/NOTES.md``; reproduced on purpose
+    by ``benchmarks/k3_fault_probe.py``). Here the side stream waits for the caller's stream
+    first, and the caller's stream waits for the side stream at the end.
     """
     caller = torch.cuda.current_stream()
     side = torch.cuda.Stream(device=caller.device)
