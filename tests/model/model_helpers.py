@@ -26,10 +26,13 @@ def build(preset=DSV4_FLASH, platform="sm_90a", **settings):
 
 
 def warm(stack, registry, ledger=None):
-    """Forget what earlier tests compiled for these kernel classes, then warm ``registry``."""
-    stack.clear_compiled()
-    for reg in registry.registrations.values():
-        type(reg.kernel).clear_cache()
+    """Warm ``registry``; with a new ledger, forget first what earlier tests compiled for these
+    kernel classes (a second warmup into the same ledger adds to the first: one kernel class
+    may serve both, e.g. K9's FP8 and MXFP4 keys)."""
+    if ledger is None:
+        stack.clear_compiled()
+        for reg in registry.registrations.values():
+            type(reg.kernel).clear_cache()
     ledger = ledger or KeyLedger()
     with ledger:
         report = registry.warmup(progress=False)

@@ -40,7 +40,7 @@ def test_zero_misses_and_every_warmed_key_reachable(preset, arch, cache, indexer
     ledger = warm(stack, registry)
     warmed = {k: set(v) for k, v in ledger.warmed.items()}
     assert warmed == {k: set(v) for k, v in registry.keys().items()}
-    assert len(warmed) == (3 if cache == "fp8_ds_mla" else 2)   # K4, K1 or K2, and K3 where used
+    assert len(warmed) == (5 if cache == "fp8_ds_mla" else 4)   # K4, K5 or K6, K9, K1 or K2, K3 where used
     for rope, kind in itertools.product(("float32", "bfloat16"), ("decode", "prefill", "mixed")):
         runtime = stack if rope == "float32" else DSv4AttentionStack(preset, arch, rope_cache_dtype=rope,
                                                                       **settings)
@@ -136,13 +136,18 @@ def test_backend_not_selected_trap_6() -> None:
                                 "cpu sm_90a (trap 6)",
         "SavePartialStatesCuTeDSL": "cutedsl backend not selected: this runtime's save_partial_states runs "
                                     "triton on cpu sm_90a (trap 6)",
+        "C4CompressDsMlaCuTeDSL": "cutedsl backend not selected: this runtime's c4_compress_ds_mla runs "
+                                  "triton on cpu sm_90a (trap 6)",
+        "IndexerCompressCuTeDSL": "cutedsl backend not selected: this runtime's indexer_compress runs "
+                                  "triton on cpu sm_90a (trap 6)",
     }
 
 
 def test_k3_not_used_by_a_plain_row_runtime() -> None:
     ds, reg = build()
-    plain = DSv4AttentionStack("flash", "sm_90a", cache_dtype="bf16")
+    plain, plain_reg = build(cache_dtype="bf16")
     ledger = warm(ds, reg)
+    warm(plain, plain_reg, ledger)                  # K6 is the plain runtime's own compressor
     result = replay(plain, make_trace("all", plain, steps=8), ledger=ledger)
     cov = coverage_report(plain, ledger, result, ds.kernels())
     assert cov.ok

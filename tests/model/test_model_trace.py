@@ -10,6 +10,7 @@ from model_helpers import TINY, build, warm
 
 from dsv4kit.errors import KernelInputError, UnwarmedKeyError
 from dsv4kit.jit import KeyLedger
+from dsv4kit.kernels.c4_compress.spec import C4CompressPlainBase, IndexerCompressBase
 from dsv4kit.kernels.dequant_gather.spec import DequantGatherBase
 from dsv4kit.kernels.indexer_q import COARSEN_AT
 from dsv4kit.kernels.indexer_q.spec import IndexerQBase
@@ -149,7 +150,8 @@ def test_dispatch_on_stand_ins_equals_dispatch_on_real_tensors() -> None:
                 assert call.key() == call.family.dispatch(call.kernel, real)
                 seen.add((call.site, call.key()))
     assert {site for site, _ in seen} == {"indexer_q", "gather_window", "gather_compressed_c4",
-                                          "gather_compressed_c128", "save_main_state", "save_indexer_state"}
+                                          "gather_compressed_c128", "save_main_state", "save_indexer_state",
+                                          "compress_main", "compress_indexer"}
 
 
 def test_replay_matches_real_launches_under_the_interpreter() -> None:
@@ -181,7 +183,11 @@ def test_coarsen_4_launch_matches_dispatch() -> None:
     k4 = SavePartialStatesBase.CompileKey
     assert ledger.requested == launched.requested == {
         "IndexerQFp8Triton": {IQ(cos_sin_dtype="float32", coarsen=4): 1},
-        "SavePartialStatesTriton": {k4(1024, 4, 4): 1, k4(256, 4, 4): 1}}   # main and indexer state
+        "SavePartialStatesTriton": {k4(1024, 4, 4): 1, k4(256, 4, 4): 1},   # main and indexer state
+        "C4CompressPlainTriton": {C4CompressPlainBase.CompileKey(store_full_fp8=False,
+                                                                 norm_weight_dtype="bfloat16"): 1},
+        "IndexerCompressTriton": {IndexerCompressBase.CompileKey(
+            use_fp4_cache=False, norm_weight_dtype="bfloat16", quant_block=128, token_stride=128): 1}}
 
 
 # --------------------------------------------------------------------------- the monitor

@@ -678,6 +678,18 @@ def _unused_plain(stack: Any) -> str | None:
 
 
 def _explain_dead(stack: Any, key: Any, stats: Any) -> str | None:
+    """Why a warmed compressor key was never requested: another runtime's format or weights."""
+    if key.norm_weight_dtype != stack.norm_weight_dtype:
+        return (f"norm weights {key.norm_weight_dtype} never requested: this runtime keeps them in "
+                f"{stack.norm_weight_dtype} (trap 9)")
+    fp4 = getattr(key, "use_fp4_cache", None)
+    if fp4 is not None and fp4 != (stack.indexer_cache_dtype == "mxfp4"):
+        return (f"{'MXFP4' if fp4 else 'FP8'} indexer pages never requested: this runtime's indexer cache is "
+                f"{stack.indexer_cache_dtype}")
+    full = getattr(key, "store_full_fp8", None)
+    if full is not None and full != (stack.kv_cache_dtype == "fp8"):
+        return (f"{'e4m3' if full else 'bf16'} plain rows never requested: this runtime's KV cache is "
+                f"{stack.cache_dtype}")
     return "no step in this trace" if not stats.tokens else None
 
 
