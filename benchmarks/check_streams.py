@@ -2,6 +2,7 @@
 """Stream correctness of every family's public op, both backends, on a GPU.
 
     python3 benchmarks/check_streams.py --out DIR [--families a,b] [--backends triton,cutedsl]
+    python3 benchmarks/check_streams.py --dry-run      # CPU: build every entry, run its references
 
 Each launch must go to ``torch.cuda.current_stream()`` at call time. Per (family, backend):
 
@@ -21,7 +22,11 @@ Each launch must go to ``torch.cuda.current_stream()`` at call time. Per (family
                        and equal the reference when used there; in-place ops: values only.
 
 Every comparison is bit-exact against the family's PyTorch reference (run on CPU copies), and
-every check also verifies that the poisoned input would have given a different result.
+every check also verifies that the poisoned input would have given a different result. The
+in-place families (K3, K4, the store hooks E1..E5, the C4 compressors K5, K6, K9) are compared on
+what they write: for the store hooks and compressors the *whole* cache storage (sentinel bytes,
+page tails); the compressors' cache by ``c4_compress.cases.judge(...).ok`` (the compressor rule,
+every byte it does not judge bit-exact), since they are not bit-exact across backends.
 
 A family is one entry of ``FAMILIES``: name -> ``build(backend, seed) -> StreamCall``.
 Writes ``streams.json`` and ``streams.md`` under ``--out``; prints PASS/FAIL per check.
@@ -68,6 +73,12 @@ class StreamCall:
     reference: Callable[[], tuple[torch.Tensor, ...]]
     allocates: bool
     poison: Callable[[torch.Tensor], None] = torch.Tensor.zero_
+    #: ``compare(got, want) -> bool`` (default: :func:`same`, bit-exact); the C4 compressors judge
+    #: their cache by the compressor rule instead.
+    compare: Callable[[tuple, tuple], bool] | None = None
+
+    def matches(self, got: tuple[torch.Tensor, ...], want: tuple[torch.Tensor, ...]) -> bool:
+        return (self.compare or same)(got, want)
 
 
 #: How the ops were reached (recorded in the provenance).
@@ -87,8 +98,13 @@ def _op(name: str):
 
         OP_SOURCE[name] = f"FamilySpec.op (dsv4kit.ops did not import: {type(exc).__name__}: {exc})"
 
-        for fam in ("indexer_q", "dequant_gather", "save_partial_states", "rowquant"):
-            spec = family(fam)
+        from dsv4kit.kernels import FAMILY_NAMES
+
+        for fam in FAMILY_NAMES:
+            try:
+                spec = family(fam)
+            except Exception:  # noqa: BLE001  (a family whose folder does not import)
+                continue
             if spec.op_name == name:
                 return spec.op
         raise
@@ -173,6 +189,98 @@ def build_rowquant(backend: str, seed: int) -> StreamCall:
                       reference=lambda: tuple(rowquant_reference(x.cpu())), allocates=True)
 
 
+def _whole(t: torch.Tensor) -> torch.Tensor:
+    """A 1-D uint8 view of every byte of ``t``'s storage (on its device): the whole cache."""
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage()).view(torch.uint8)
+
+
+def _clone_storage(t, device):
+    """``t`` on ``device`` with its whole storage (page tails, pads), strides and storage offset."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    raw = _whole(t).to(device, copy=True)
+    return raw.view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def _sentinel(t: torch.Tensor, byte: int = 0xA5) -> None:
+    _whole(t).fill_(byte)
+
+
+def build_store(hook: str, **fmt) -> Callable[[str, int], StreamCall]:
+    """E1..E5 store hooks: rows -> the whole cache, BIT-EXACT (sentinel bytes included)."""
+
+    def build(backend: str, seed: int) -> StreamCall:
+        from dsv4kit.kernels import family
+        from dsv4kit.kernels.encoders.cases import make_case
+        from dsv4kit.kernels.encoders.reference import CACHE_ARG
+
+        spec = family(hook)
+        op, ref = _op(spec.op_name), spec.variants["default"].reference
+        c = make_case(hook, 257, kv_bs=16, seed=seed, **fmt).fresh(DEVICE)
+        args, cache = c.args, c.args[CACHE_ARG[hook]]
+
+        def run():
+            op(**args, backend=backend)
+            return (_whole(cache),)
+
+        def reference():
+            cpu = {k: _clone_storage(v, "cpu") for k, v in args.items()}
+            ref(**cpu)
+            return (_whole(cpu[CACHE_ARG[hook]]),)
+
+        return StreamCall(run=run, data=args["rows"], reset=lambda: _sentinel(cache), reference=reference,
+                          allocates=False)
+
+    return build
+
+
+def build_c4(op_name: str, **fmt) -> Callable[[str, int], StreamCall]:
+    """K5, K6, K9: state -> the whole cache, judged by ``cases.judge`` (the compressor rule; every
+    byte the rule does not judge BIT-EXACT). ``data`` is the state cache; seed 1 keeps seed 0's
+    layout (block table, slots) with other state values (-0.75 x), so the captured graph's
+    buffers take them."""
+
+    def build(backend: str, seed: int) -> StreamCall:
+        from dataclasses import replace
+
+        from dsv4kit.kernels import family
+        from dsv4kit.kernels.c4_compress.cases import judge, make_case
+
+        spec = family(op_name)
+        op, ref = _op(spec.op_name), spec.variants["default"].reference
+        c = make_case(op_name, lens=(21, 9, 3), starts=(0, 5, 1001), kv_bs=16, seed=0, **fmt).fresh(DEVICE)
+        if seed:
+            c.args["state_cache"].mul_(-0.75)
+        args, cache = c.args, c.cache
+        cases: dict[int, object] = {}          # id(want bytes) -> the CPU case it was computed from
+
+        def run():
+            op(**args, backend=backend)
+            return (_whole(cache),)
+
+        def reference():
+            cpu = {k: _clone_storage(v, "cpu") for k, v in args.items()}
+            pristine = {k: _clone_storage(v, "cpu") for k, v in args.items()}
+            ref(**cpu)
+            want = _whole(cpu[c.cache_arg])
+            cases[id(want)] = (replace(c, args=pristine), want)
+            return (want,)
+
+        def compare(got, want) -> bool:
+            if len(got) != 1 or len(want) != 1 or id(want[0]) not in cases:
+                return same(got, want)
+            case, _ = cases[id(want[0])]
+            proto = case.cache
+            g = got[0].cpu().view(proto.dtype).as_strided(proto.shape, proto.stride(), proto.storage_offset())
+            w = want[0].view(proto.dtype).as_strided(proto.shape, proto.stride(), proto.storage_offset())
+            return judge(case, g, w).ok
+
+        return StreamCall(run=run, data=args["state_cache"], reset=lambda: _sentinel(cache),
+                          reference=reference, allocates=False, compare=compare)
+
+    return build
+
+
 #: family name -> build(backend, seed). A new family is one entry here.
 FAMILIES: dict[str, Callable[[str, int], StreamCall]] = {
     "indexer_q/fp8 (K1)": build_indexer_q("fp8"),
@@ -180,6 +288,16 @@ FAMILIES: dict[str, Callable[[str, int], StreamCall]] = {
     "dequant_gather (K3)": build_dequant_gather,
     "save_partial_states (K4)": build_save_partial_states,
     "rowquant": build_rowquant,
+    "store_rows_ds (E1)": build_store("store_rows_ds"),
+    "store_rows_plain/bf16 (E2)": build_store("store_rows_plain"),
+    "store_rows_plain/e4m3 (E3)": build_store("store_rows_plain", fp8_scale=0.37),
+    "store_rows_indexer/fp8 (E4)": build_store("store_rows_indexer", use_fp4=False),
+    "store_rows_indexer/mxfp4 (E5)": build_store("store_rows_indexer", use_fp4=True),
+    "c4_compress_ds_mla (K5)": build_c4("c4_compress_ds_mla"),
+    "c4_compress_plain/bf16 (K6)": build_c4("c4_compress_plain"),
+    "c4_compress_plain/e4m3 (K6)": build_c4("c4_compress_plain", fp8_scale=0.37),
+    "indexer_compress/fp8 (K9)": build_c4("indexer_compress", use_fp4=False),
+    "indexer_compress/mxfp4 (K9)": build_c4("indexer_compress", use_fp4=True),
 }
 
 
@@ -238,8 +356,8 @@ def check_same_stream(call: StreamCall, want, poisoned_want, control: bool) -> t
     host_ms = (time.perf_counter() - t0) * 1e3
     torch.cuda.synchronize()
     got = _cpu(*outs)
-    ok = same(got, want)
-    saw_poison = same(got, poisoned_want)
+    ok = call.matches(got, want)
+    saw_poison = call.matches(got, poisoned_want)
     call.data.copy_(src)
     torch.cuda.synchronize()
     detail = (f"matches reference: {ok}; matches the poisoned-input result: {saw_poison}; "
@@ -264,7 +382,7 @@ def check_event(call: StreamCall, want) -> tuple[bool, str]:
     with torch.cuda.stream(a):
         outs = call.run()
     torch.cuda.synchronize()
-    ok = same(_cpu(*outs), want)
+    ok = call.matches(_cpu(*outs), want)
     return ok, f"matches reference: {ok}"
 
 
@@ -282,7 +400,7 @@ def check_graph(call: StreamCall, want, data2: torch.Tensor) -> tuple[bool, str]
     with torch.cuda.stream(s):
         g.replay()
     torch.cuda.synchronize()
-    ok1 = same(_cpu(*outs), want)
+    ok1 = call.matches(_cpu(*outs), want)
     src = call.data.clone()
     call.data.copy_(data2)
     call.reset()
@@ -292,7 +410,7 @@ def check_graph(call: StreamCall, want, data2: torch.Tensor) -> tuple[bool, str]
     torch.cuda.synchronize()
     g.replay()                            # on the default stream this time
     torch.cuda.synchronize()
-    ok2 = same(_cpu(*outs), want2)
+    ok2 = call.matches(_cpu(*outs), want2)
     differs = not same(want2, want)
     call.data.copy_(src)
     torch.cuda.synchronize()
@@ -311,7 +429,7 @@ def check_alloc(call: StreamCall, want) -> tuple[bool, str]:
         used = tuple(o.clone() for o in outs)       # use them on the stream they were made for
     streams = [_stream_of(o) for o in outs] if call.allocates else []
     torch.cuda.synchronize()
-    ok = same(_cpu(*used), want) and same(_cpu(*outs), want)
+    ok = call.matches(_cpu(*used), want) and call.matches(_cpu(*outs), want)
     if not call.allocates:
         return ok, f"writes in place; values match reference: {ok}"
     on_s = all(st == s.cuda_stream for st in streams)
@@ -388,12 +506,51 @@ def write_md(path: Path, rows: list[dict], prov: dict) -> None:
     path.write_text("\n".join(lines))
 
 
-def main() -> int:
+def dry_run(families: str | None = None) -> int:
+    """Build every selected entry on the CPU and check what the GPU checks rely on (exit 0 iff all hold)."""
+    global DEVICE
+    DEVICE = "cpu"
+    names = list(FAMILIES) if not families else [n for n in FAMILIES
+                                                 if any(n.startswith(f) for f in families.split(","))]
+    n_bad = 0
+    for name in names:
+        try:
+            call = FAMILIES[name]("triton", 0)
+            data2 = FAMILIES[name]("triton", 1).data
+            assert data2.shape == call.data.shape and data2.dtype == call.data.dtype, "seed 1 shape"
+            call.reset()
+            want = call.reference()
+            assert call.matches(want, want), "the reference does not match itself"
+            src = call.data.clone()
+            call.poison(call.data)
+            call.reset()
+            poisoned = call.reference()
+            call.data.copy_(src)
+            assert not same(want, poisoned), "the poisoned input gives the reference's result"
+            assert not call.matches(poisoned, want), "compare accepts the poisoned result"
+            call.data.copy_(data2)
+            call.reset()
+            assert not same(call.reference(), want), "seed 1's data gives the same result"
+            print(f"DRY OK    {name}", flush=True)
+        except Exception as exc:  # noqa: BLE001
+            n_bad += 1
+            print(f"DRY FAIL  {name}: {type(exc).__name__}: {exc}", flush=True)
+            traceback.print_exc()
+    print(f"\ndry run: {len(names)} entries, {n_bad} failed")
+    return 0 if n_bad == 0 else 1
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--families", help="comma-separated names of FAMILIES (default: all)")
     ap.add_argument("--backends", default="triton,cutedsl")
-    a = ap.parse_args()
+    ap.add_argument("--dry-run", action="store_true",
+                    help="CPU: build every entry's inputs (seeds 0 and 1), run its reference, check that the "
+                         "poisoned input changes the result; no CUDA needed")
+    a = ap.parse_args(argv)
+    if a.dry_run:
+        return dry_run(a.families)
     if not torch.cuda.is_available():
         print("no CUDA device: this check needs a GPU")
         return 2
