@@ -45,7 +45,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 # Kernel sources shared by every family, relative to the package directory.
 _SHARED_SOURCES = ("kernels/triton_numerics.py", "kernels/cute_numerics.py")
-_KERNEL_IMPORT = re.compile(r"\bdsv4kit\.kernels\.([a-z_0-9]+)")
+_KERNEL_IMPORT = re.compile(r"^\s*(?:from|import)\s+dsv4kit\.kernels\.([a-z_0-9]+)", re.MULTILINE)
 _VERSION_KEYS = ("python", "torch", "triton", "nvidia-cutlass-dsl", "apache-tvm-ffi", "cuda")
 # Top-level fields that are provenance in a record without a "provenance" object.
 _PROVENANCE_KEYS = ("date", "commit", "device", "arch", "sm", "sms", "memory_gib", "versions", "seed",
@@ -97,7 +97,8 @@ def _folder(family: str, pkg: Path) -> Path:
 
 
 def _imported_folders(folder: Path) -> set[str]:
-    """The other kernel folders the ``.py`` files of ``folder`` import (``dsv4kit.kernels.<x>``)."""
+    """The other kernel folders the ``.py`` files of ``folder`` import (``from dsv4kit.kernels.<x>``
+    or ``import dsv4kit.kernels.<x>`` statements; a mention in a docstring is not an import)."""
     names = set()
     for f in folder.rglob("*.py"):
         names.update(_KERNEL_IMPORT.findall(f.read_text(encoding="utf-8")))

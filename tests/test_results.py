@@ -127,6 +127,20 @@ def test_kernel_source_hash_ignores_other_files(tmp_path, edit):
     assert kernel_source_hash("indexer_q", pkg) == before
 
 
+def test_kernel_source_hash_follows_imports_not_mentions(tmp_path):
+    """A folder that imports another kernel folder hashes it too (the C4 compressors import the
+    encoders); a docstring that only names one does not."""
+    pkg = fake_package(tmp_path)
+    spec = pkg / "kernels" / "indexer_q" / "spec.py"
+    before = kernel_source_hash("indexer_q", pkg)
+    spec.write_text(spec.read_text() + '\n"""See dsv4kit.kernels.dequant_gather for the gather."""\n')
+    mention = kernel_source_hash("indexer_q", pkg)
+    assert "kernels/dequant_gather/reference.py" not in kernel_source_files("indexer_q", pkg)
+    spec.write_text(spec.read_text() + "from dsv4kit.kernels.dequant_gather import reference  # noqa\n")
+    assert "kernels/dequant_gather/reference.py" in kernel_source_files("indexer_q", pkg)
+    assert len({before, mention, kernel_source_hash("indexer_q", pkg)}) == 3
+
+
 def test_kernel_source_hash_unknown_family():
     with pytest.raises(ValueError, match="unknown kernel family 'nope'.*indexer_q"):
         kernel_source_hash("nope")
