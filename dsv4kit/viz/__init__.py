@@ -1,0 +1,32 @@
+"""Figures and tables for the notebooks (matplotlib only): :mod:`~dsv4kit.viz.coverage` (key spaces,
+coverage), :mod:`~dsv4kit.viz.recorded` (recorded GPU results), :mod:`~dsv4kit.viz.compressor` (the
+C4 compressors K5, K6, K9).
+
+The public names of :mod:`~dsv4kit.viz.compressor` are also importable from here
+(``from dsv4kit.viz import plot_window``); the module loads on first use, so importing another viz
+module does not import the compressor kernels.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY_MODULES = ("compressor",)
+
+
+def __getattr__(name: str) -> Any:
+    for mod_name in _LAZY_MODULES:
+        mod = importlib.import_module(f"dsv4kit.viz.{mod_name}")
+        if name == mod_name:
+            return mod
+        if name in mod.__all__:
+            return getattr(mod, name)
+    raise AttributeError(f"module 'dsv4kit.viz' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    names = set(globals())
+    for mod_name in _LAZY_MODULES:
+        names |= {mod_name, *importlib.import_module(f"dsv4kit.viz.{mod_name}").__all__}
+    return sorted(names)
