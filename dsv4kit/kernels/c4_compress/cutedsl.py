@@ -1,0 +1,425 @@
+"""CuTeDSL backend of the C4 compressors K5, K6, K9: one pooling core, the encoders' routine.
+
+Mapping. CTAs of :data:`WARPS` = 4 warps (``ceil(T / 16)`` CTAs; 8 KiB of shared memory each
+for head 512, none for head 128); warp ``w`` of CTA ``b`` owns the :data:`TOKENS_PER_WARP` (G = 4)
+consecutive tokens ``t0 = (b * WARPS + w) * G .. t0 + G - 1`` (< T). Lane ``i < G`` loads token ``t0 + i``'s
+position, state slot, kv slot and request row; a warp ballot marks the live boundary tokens
+(slot >= 0, kv slot >= 0, ``(p + 1) % 4 == 0``) and the warp handles them one after the other
+(a warp-uniform loop; tokens that are not live cost no further load and no store). Consecutive
+tokens of a request hold consecutive positions, so a warp of G = 4 tokens usually has one
+boundary token to pool.
+
+Per live token (:func:`pool_norm_rope`, then :func:`~dsv4kit.kernels.encoders.cutedsl.
+encode_store`):
+
+1. Window rows. Lane ``l`` computes row ``j = l % 8`` (position ``q = p - 7 + j``): its state
+   row offset ``bt[req, q // sbs] * block_stride + (q % sbs) * 4D``, plus D for rows j >= 4
+   (half B); the 8 offsets are shuffled to every lane. Rows with q < 0 (only rows 0..3, only at
+   p = 3) are not read: score -inf, kv 0, so their weight is exactly 0.
+2. Pooling, in chunks of 128 columns (D / 128 = 4 chunks for head 512, 1 for head 128): lane
+   ``l`` owns columns ``128 c + 4 l .. + 3`` of chunk c, so every warp load is 512 contiguous
+   bytes. It issues the 16 loads of the chunk (8 rows x 4 scores, 8 rows x 4 kv; 16-byte
+   vectors when ``block_stride % 4 == 0``, the usual case, since the state base is 16-byte
+   aligned and all other row offsets are multiples of 4 elements; element loads otherwise, a
+   warp-uniform runtime branch), then per column: ``m = max_j s_j``, ``e_j = exp(s_j - m)``,
+   ``S = sum_j e_j``, ``c = sum_j fl(e_j / S) * k_j`` (sums in row order j = 0..7 from +0). The
+   chunk loop is not unrolled: 8 x 4 scores and 8 x 4 kv in registers at a time (sm_90a: at
+   most 128 registers per thread for every key, so 4 CTAs = 16 warps per SM; no spills).
+3. Head 512: the chunks' pooled values go through shared memory (2 KiB per warp) so that lane
+   ``l`` ends up holding dims ``[16 l, 16 l + 16)``: the calling convention of ``encode_store``.
+   Head 128: lane ``l``'s chunk columns ``[4 l, 4 l + 4)`` are already that layout.
+4. RMSNorm: each lane sums its squares in order, a butterfly over the warp gives every lane the
+   same total; ``rr = div.rn(1, sqrt.rn(fl(sum / D) + eps))``, ``n_d = fl(fl(c_d * rr) * w_d)``.
+5. RoPE on the lanes that hold the last 64 dims (28..31 for head 512, 16..31 for head 128),
+   GPT-J pairs within the lane, cos/sin row ``(p // 4) * 4``.
+6. ``encode_store`` with the key's encoder (E1; E2 / E3; E4 / E5), the very routine the store
+   hooks run, by the whole warp.
+
+Numerics: every product and sum is an ``.rn`` instruction (never contracted into an FMA), the
+weights ``div.rn.f32`` (IEEE division, :data:`IEEE_WEIGHTS`) and the norm ``sqrt.rn.f32`` /
+``div.rn.f32``, as the reference computes them. ``exp`` is :func:`exp_f32`, written out with
+``.rn`` operations (no ``ex2.approx``): Cody-Waite reduction and a degree-7 polynomial, at most
+1 ulp from the exact value (about 90 % correctly rounded, subnormal results included). The 8-row
+sums run in the reference's order (j = 0..7, as PyTorch's CPU reduction); the norm's sum of
+squares (lane order, then a butterfly) and exp may differ from the reference in the last bit, so
+results follow the compressor rule of §2.12 (typically bit-identical on nearly every encoded
+element). The encode step is bit-exact given y.
+
+One compile per key serves every T, number of requests, block-table width, state pool (blocks,
+block stride, sbs), cache (pages, kv_bs, page stride) and norm weight of the key's dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cutlass
+import cutlass.cute as cute
+import torch
+from cutlass import BFloat16, Float32, Int32, Int64, Uint8, Uint32
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
+
+from dsv4kit.backends.cutedsl import CuTeDSLJitKernel, fake_stream, fake_tensor, sym
+from dsv4kit.errors import input_error
+from dsv4kit.kernels.c4_compress.spec import (
+    C4CompressDsMlaBase,
+    C4CompressPlainBase,
+    CompressOperands,
+    IndexerCompressBase,
+)
+from dsv4kit.kernels.cute_numerics import add_rn, mul_rn, pow2, sub_rn
+from dsv4kit.kernels.encoders.cutedsl import cache_align, div_rn, elems_per_lane, encode_store
+from dsv4kit.kernels.encoders.spec import key_encoder
+
+__all__ = ["IEEE_WEIGHTS", "TOKENS_PER_WARP", "WARPS", "C4CompressDsMlaCuTeDSL", "C4CompressPlainCuTeDSL",
+           "IndexerCompressCuTeDSL", "c4_compress_host", "exp_f32", "pool_norm_rope", "sqrt_rn"]
+
+#: Softmax weights by IEEE division ``div.rn(e_j, S)``, as the reference (else ``fl(e_j * fl(1 / S))``,
+#: 8 divisions fewer per column; also within the compressor rule). A compile-time choice.
+IEEE_WEIGHTS = True
+
+#: Warps per CTA, and consecutive tokens per warp.
+WARPS = 4
+TOKENS_PER_WARP = 4
+
+_ROWS = 8                    # the C4 window: 4 previous rows (half A) + 4 current rows (half B)
+_CHUNK = 128                 # columns per pooling chunk: 32 lanes x 4
+_NORM_DTYPES = {"bfloat16": BFloat16, "float32": Float32}
+
+# exp_f32 constants (fp32 by their bits).
+_LOG2E_BITS = 0x3FB8AA3B     # fl(log2(e))
+_MAGIC_BITS = 0x4B400000     # 1.5 * 2^23: x + MAGIC rounds x to an integer (|x| < 2^22)
+_L2U_BITS = 0x3F317200       # 0.693145751953125: ln 2 to 15 bits (k * L2U exact for |k| <= 255)
+_L2L_BITS = 0x35BFBE8E       # fl(ln 2 - L2U)
+_EXP_MIN = -104.0            # exp(x) rounds to 0 below this (and at it)
+#: Minimax coefficients of (exp(r) - 1 - r) / r^2 on |r| <= ln(2) / 2, highest first (SLEEF's expf).
+_EXP_POLY = (0x39502BDA, 0x3AB696C9, 0x3C0888A6, 0x3D2AAA7A, 0x3E2AAAAB, 0x3F000000)
+
+
+def _f32(bits: int) -> Float32:
+    return Uint32(bits).bitcast(Float32)
+
+
+@dsl_user_op
+def sqrt_rn(a: Float32, *, loc=None, ip=None) -> Float32:
+    """``fl(sqrt(a))``: ``sqrt.rn.f32``, the correctly rounded IEEE square root."""
+    return Float32(
+        llvm.inline_asm(
+            T.f32(),
+            [Float32(a).ir_value(loc=loc, ip=ip)],
+            "sqrt.rn.f32 $0, $1;",
+            "=f,f",
+            has_side_effects=False,
+            is_align_stack=False,
+            asm_dialect=llvm.AsmDialect.AD_ATT,
+            loc=loc,
+            ip=ip,
+        )
+    )
+
+
+@cute.jit
+def exp_f32(x: Float32) -> Float32:
+    """``exp(x)`` for ``x <= 0`` (-inf included) from ``.rn`` operations only; within 1 ulp.
+
+    ``k = rint(x log2 e)``, ``r = fl(fl(x - k L2U) - fl(k L2L))`` (the first difference is exact),
+    ``v = 1 + fl(r + r^2 u(r))`` (SLEEF's polynomial, evaluated without FMA), then ``v * 2^k``:
+    the exponent of ``v`` moved by ``max(k, -125)`` (exact, normal), times ``2^(k - max(k, -125))``
+    (one rounding: subnormal results are correctly rounded from ``v``). ``x <= -104``: 0.
+    """
+    xc = cute.arch.fmax(x, Float32(_EXP_MIN))
+    t = add_rn(mul_rn(xc, _f32(_LOG2E_BITS)), _f32(_MAGIC_BITS))
+    kf = sub_rn(t, _f32(_MAGIC_BITS))
+    k = t.bitcast(Int32) - Int32(_MAGIC_BITS)
+    r = sub_rn(sub_rn(xc, mul_rn(kf, _f32(_L2U_BITS))), mul_rn(kf, _f32(_L2L_BITS)))
+    u = _f32(_EXP_POLY[0])
+    for c in _EXP_POLY[1:]:
+        u = add_rn(mul_rn(u, r), _f32(c))
+    v = add_rn(Float32(1.0), add_rn(r, mul_rn(mul_rn(r, r), u)))
+    kk = cutlass.max(k, Int32(-125))
+    scaled = (v.bitcast(Int32) + (kk << Int32(23))).bitcast(Float32)
+    return mul_rn(scaled, pow2(k - kk))
+
+
+@cute.jit
+def _load_rows(mState: cute.Tensor, bases: cute.Tensor, col: Int64, sv: cute.Tensor, kv: cute.Tensor,
+               j0: cutlass.Constexpr, vec: cutlass.Constexpr, D: cutlass.Constexpr):
+    """Scores and kv of rows ``j0 .. 7`` at the lane's columns ``col .. col + 3``: 16-byte loads
+    when ``vec`` (every offset is then a multiple of 4 elements), else element loads."""
+    for j in cutlass.range_constexpr(j0, _ROWS):
+        at = bases[j] + col
+        if cutlass.const_expr(vec):
+            score = mState.iterator + cute.assume(at + Int64(2 * D), divby=4)
+            cute.autovec_copy(cute.make_tensor(score, cute.make_layout(4)), sv[None, j])
+            value = mState.iterator + cute.assume(at, divby=4)
+            cute.autovec_copy(cute.make_tensor(value, cute.make_layout(4)), kv[None, j])
+        else:
+            for e in cutlass.range_constexpr(4):
+                sv[e, j] = mState[at + Int64(2 * D + e)]
+                kv[e, j] = mState[at + Int64(e)]
+
+
+@cute.jit
+def _pool_chunk(mState: cute.Tensor, bases: cute.Tensor, col: Int64, full: cutlass.Boolean,
+                vec_ok: cutlass.Boolean, out: cute.Tensor, D: cutlass.Constexpr, ieee: cutlass.Constexpr):
+    """Pool the lane's 4 columns ``col .. col + 3`` over the window into ``out``; weights
+    ``div.rn(e_j, S)`` (``ieee``) or ``fl(e_j * div.rn(1, S))``."""
+    sv = cute.make_rmem_tensor((4, _ROWS), Float32)
+    kv = cute.make_rmem_tensor((4, _ROWS), Float32)
+    # Rows 0..3 (half A of the previous block) exist unless p = 3: then score -inf, kv 0.
+    for j in cutlass.range_constexpr(4):
+        for e in cutlass.range_constexpr(4):
+            sv[e, j] = Float32(float("-inf"))
+            kv[e, j] = Float32(0.0)
+    if vec_ok:
+        if full:
+            _load_rows(mState, bases, col, sv, kv, 0, True, D)
+        else:
+            _load_rows(mState, bases, col, sv, kv, 4, True, D)
+    else:
+        if full:
+            _load_rows(mState, bases, col, sv, kv, 0, False, D)
+        else:
+            _load_rows(mState, bases, col, sv, kv, 4, False, D)
+    for i in cutlass.range_constexpr(4):
+        m = sv[i, 0]
+        for j in cutlass.range_constexpr(1, _ROWS):
+            m = cute.arch.fmax(m, sv[i, j])
+        total = Float32(0.0)
+        for j in cutlass.range_constexpr(_ROWS):
+            sv[i, j] = exp_f32(sub_rn(sv[i, j], m))
+            total = add_rn(total, sv[i, j])
+        c = Float32(0.0)
+        if cutlass.const_expr(ieee):
+            for j in cutlass.range_constexpr(_ROWS):
+                c = add_rn(c, mul_rn(div_rn(sv[i, j], total), kv[i, j]))
+        else:
+            inv = div_rn(Float32(1.0), total)
+            for j in cutlass.range_constexpr(_ROWS):
+                c = add_rn(c, mul_rn(mul_rn(sv[i, j], inv), kv[i, j]))
+        out[i] = c
+
+
+@cute.jit
+def pool_norm_rope(mState: cute.Tensor, mBT: cute.Tensor, mNW: cute.Tensor, mCS: cute.Tensor,
+                   sRow: cute.Tensor, req: Int32, p: Int64, sbs: Int32, block_stride: Int64,
+                   bt_stride: Int64, eps: Float32, D: cutlass.Constexpr, ieee: cutlass.Constexpr = True):
+    """The fp32 row y of the boundary token at position ``p`` of request ``req``, in the
+    calling convention of ``encode_store``: lane ``l`` holds dims ``[l * EPT, (l + 1) * EPT)``
+    (``EPT = D / 32``). Called by the whole warp (``p``, ``req`` warp-uniform). ``sRow``: the
+    warp's ``D`` fp32 of shared memory (head 512; None for head 128)."""
+    ept = elems_per_lane(D // 64)
+    nchunks = D // _CHUNK
+    lane = cute.arch.lane_idx()
+
+    # 1. Row offsets: lane l computes row j = l % 8, then every lane gets all 8.
+    j = lane % _ROWS
+    q = p - Int64(_ROWS - 1) + Int64(j)
+    mine = Int64(0)
+    if q >= Int64(0):
+        q32 = Int32(q)
+        blk = mBT[Int64(req) * bt_stride + Int64(q32 // sbs)]
+        half = Int64(j // 4) * Int64(D)                # rows 4..7 read half B
+        mine = Int64(blk) * block_stride + Int64(q32 % sbs) * Int64(4 * D) + half
+    bases = cute.make_rmem_tensor(_ROWS, Int64)
+    for r in cutlass.range_constexpr(_ROWS):
+        bases[r] = cute.arch.shuffle_sync(mine, r)
+    full = p >= Int64(_ROWS - 1)
+    vec_ok = (block_stride & Int64(3)) == Int64(0)
+
+    # 2./3. Pooling, chunk by chunk; head 512 re-lays the row out through shared memory.
+    y = cute.make_rmem_tensor(ept, Float32)
+    if cutlass.const_expr(nchunks == 1):
+        _pool_chunk(mState, bases, Int64(lane * 4), full, vec_ok, y, D, ieee)
+    else:
+        cute.arch.sync_warp()                    # the previous token's reads of sRow are done
+        for ch in cutlass.range(nchunks, unroll=1):
+            cvals = cute.make_rmem_tensor(4, Float32)
+            col = ch * _CHUNK + lane * 4
+            _pool_chunk(mState, bases, Int64(col), full, vec_ok, cvals, D, ieee)
+            dst = cute.make_tensor(sRow.iterator + cute.assume(col, divby=4), cute.make_layout(4))
+            cute.autovec_copy(cvals, dst)
+        cute.arch.sync_warp()
+        src = cute.make_tensor(sRow.iterator + cute.assume(lane * ept, divby=4), cute.make_layout(ept))
+        cute.autovec_copy(src, y)
+
+    # 4. RMSNorm over the warp's row.
+    ss = Float32(0.0)
+    for i in cutlass.range_constexpr(ept):
+        ss = add_rn(ss, mul_rn(y[i], y[i]))
+    for sh in cutlass.range_constexpr(5):
+        ss = add_rn(ss, cute.arch.shuffle_sync_bfly(ss, 16 >> sh))
+    rr = div_rn(Float32(1.0), sqrt_rn(add_rn(mul_rn(ss, Float32(1.0 / D)), eps)))
+    for i in cutlass.range_constexpr(ept):
+        y[i] = mul_rn(mul_rn(y[i], rr), mNW[lane * ept + i].to(Float32))
+
+    # 5. RoPE (GPT-J pairs of the last 64 dims) at cos/sin row (p // 4) * 4.
+    if lane * ept >= D - 64:
+        row = (p >> Int64(2)) * Int64(4 * 64)
+        pair0 = Int64((lane * ept - (D - 64)) // 2)
+        for k in cutlass.range_constexpr(ept // 2):
+            cs = mCS[row + pair0 + k]
+            sn = mCS[row + Int64(32) + pair0 + k]
+            xe = y[2 * k]
+            xo = y[2 * k + 1]
+            y[2 * k] = sub_rn(mul_rn(xe, cs), mul_rn(xo, sn))
+            y[2 * k + 1] = add_rn(mul_rn(xo, cs), mul_rn(xe, sn))
+    return y
+
+
+@cute.kernel
+def _c4_compress_kernel(
+    mState: cute.Tensor,     # fp32 [*]: the state cache from its first block (16-byte aligned)
+    mReq: cute.Tensor,       # int32 [T] token_to_req
+    mPos: cute.Tensor,       # int64 [T]
+    mSlot: cute.Tensor,      # int64 [T] state slots (< 0: padding)
+    mBT: cute.Tensor,        # int32 [*] block table: row r at r * bt_stride
+    mNW: cute.Tensor,        # bf16 / fp32 [D] norm weight
+    mCS: cute.Tensor,        # fp32 [max_pos * 64] cos/sin rows
+    mKvSlot: cute.Tensor,    # int64 [T] compressed-cache slots (< 0: skip)
+    mCache: cute.Tensor,     # uint8 [*]: the cache from its first page (StoreOperands.cache)
+    mScale: cute.Tensor,     # fp32 [1]: fp8_scale (E3), otherwise never read
+    sbs: Int32,
+    block_stride: Int64,
+    bt_stride: Int64,
+    eps: Float32,
+    kv_bs: Int32,
+    page_stride: Int64,
+    D: cutlass.Constexpr,
+    enc: cutlass.Constexpr,
+    ieee: cutlass.Constexpr,
+):
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    lane = cute.arch.lane_idx()
+    warp = tidx // 32
+    n = mPos.shape[0]
+    first = (bidx * WARPS + warp) * TOKENS_PER_WARP
+
+    sRow = None                          # head 512 only: the warp's row in shared memory
+    if cutlass.const_expr(D > _CHUNK):
+        smem = cutlass.memory.SmemAllocator()
+        sBuf = smem.allocate_tensor(Float32, cute.make_layout((D, WARPS)), byte_alignment=16)
+        sRow = sBuf[None, warp]
+
+    # The warp's tokens: lane i < G reads token first + i; a ballot marks the live boundary ones.
+    t = first + lane
+    p = Int64(0)
+    kv_slot = Int64(-1)
+    req = Int32(0)
+    live = cutlass.Boolean(False)
+    if lane < TOKENS_PER_WARP and t < n:
+        p = mPos[t]
+        kv_slot = mKvSlot[t]
+        slot = mSlot[t]
+        if slot >= Int64(0) and kv_slot >= Int64(0) and (p & Int64(3)) == Int64(3):
+            live = cutlass.Boolean(True)
+            req = mReq[t]
+    todo = cute.arch.vote_ballot_sync(live)
+    for i in cutlass.range(TOKENS_PER_WARP, unroll=1):
+        if ((todo >> i) & Int32(1)) != Int32(0):                  # warp-uniform
+            ti_p = cute.arch.shuffle_sync(p, i)
+            ti_slot = cute.arch.shuffle_sync(kv_slot, i)
+            ti_req = cute.arch.shuffle_sync(req, i)
+            y = pool_norm_rope(mState, mBT, mNW, mCS, sRow, ti_req, ti_p, sbs, block_stride, bt_stride, eps,
+                               D, ieee)
+            encode_store(y, mCache, mScale, ti_slot, kv_bs, page_stride, enc, D // 64)
+
+
+@cute.jit
+def c4_compress_host(
+    mState: cute.Tensor,
+    mReq: cute.Tensor,
+    mPos: cute.Tensor,
+    mSlot: cute.Tensor,
+    mBT: cute.Tensor,
+    mNW: cute.Tensor,
+    mCS: cute.Tensor,
+    mKvSlot: cute.Tensor,
+    mCache: cute.Tensor,
+    mScale: cute.Tensor,
+    sbs: Int32,
+    block_stride: Int64,
+    bt_stride: Int64,
+    eps: Float32,
+    kv_bs: Int32,
+    page_stride: Int64,
+    stream: Any,
+    D: cutlass.Constexpr,
+    enc: cutlass.Constexpr,
+    ieee: cutlass.Constexpr = True,
+):
+    """Launch K5 / K6 / K9: ``ceil(T / (WARPS * G))`` CTAs of ``32 * WARPS`` threads (module docstring)."""
+    n = mPos.shape[0]
+    per_cta = WARPS * TOKENS_PER_WARP
+    _c4_compress_kernel(mState, mReq, mPos, mSlot, mBT, mNW, mCS, mKvSlot, mCache, mScale, sbs, block_stride,
+                        bt_stride, eps, kv_bs, page_stride, D, enc, ieee).launch(
+        grid=[(n + per_cta - 1) // per_cta, 1, 1], block=[32 * WARPS, 1, 1], stream=stream)
+
+
+def _unit(x: torch.Tensor, n: int) -> torch.Tensor:
+    """A 1-D unit-stride view of the first ``n`` elements (a size-1 tensor may carry any stride)."""
+    return x if x.stride(0) == 1 else x.as_strided((n,), (1,))
+
+
+class _C4CompressCuTeDSL:
+    """What K5, K6 and K9 share (a mixin): the fakes and the runtime arguments."""
+
+    jit_fn = c4_compress_host
+    name: str
+    tvm_ffi: bool
+
+    def warmup_inputs(self, key: Any) -> tuple[Any, ...]:
+        # Every size is a symbol: T, the state / block-table / cos-sin / cache spans are runtime values.
+        if key.norm_weight_dtype not in _NORM_DTYPES:
+            raise input_error(self.name, "norm_weight_dtype", f"one of {list(_NORM_DTYPES)}",
+                              key.norm_weight_dtype)
+        enc = key_encoder(key)
+        t = sym(symbol="T")
+        nw = _NORM_DTYPES[key.norm_weight_dtype]
+        return (
+            fake_tensor(Float32, (sym(symbol="state_elems", width=64),)),        # §2.8: data_ptr % 16 == 0
+            fake_tensor(Int32, (t,), align=4),
+            fake_tensor(Int64, (t,), align=8),
+            fake_tensor(Int64, (t,), align=8),
+            fake_tensor(Int32, (sym(symbol="bt_elems", width=64),), align=4),
+            fake_tensor(nw, (key.head_size,), align=nw.width // 8),
+            fake_tensor(Float32, (sym(symbol="cos_sin_elems", width=64),), align=4),
+            fake_tensor(Int64, (t,), align=8),
+            fake_tensor(Uint8, (sym(symbol="cache_bytes", width=64),), align=cache_align(enc)),
+            fake_tensor(Float32, (1,), align=4),
+            Int32(0), Int64(0), Int64(0), Float32(0.0), Int32(0), Int64(0),
+            fake_stream(self.tvm_ffi),
+            key.head_size,
+            enc,
+            IEEE_WEIGHTS,
+        )
+
+    def launch_args(self, key, token_to_req, positions, slot_mapping, block_table, rms_norm_weight,
+                    cos_sin_cache, kv_slot_mapping, ops: CompressOperands, t) -> tuple[Any, ...]:
+        st = ops.store
+        nreq, width = block_table.shape
+        bt_span = (nreq - 1) * ops.bt_stride + width if nreq and width else 0
+        bt = block_table.as_strided((bt_span,), (1,))
+        cs = cos_sin_cache.as_strided((cos_sin_cache.numel(),), (1,))          # contiguous (checked)
+        nw = _unit(rms_norm_weight, rms_norm_weight.shape[0])
+        scale = st.scale.as_strided((1,), (1,))      # fp8_scale [1], or the stand-in's first element
+        return (ops.state, _unit(token_to_req, t), _unit(positions, t), _unit(slot_mapping, t), bt, nw, cs,
+                _unit(kv_slot_mapping, t), st.cache, scale, ops.sbs, ops.block_stride, ops.bt_stride, ops.eps,
+                st.kv_bs, st.page_stride)
+
+
+class C4CompressDsMlaCuTeDSL(_C4CompressCuTeDSL, C4CompressDsMlaBase,
+                             CuTeDSLJitKernel["C4CompressDsMlaBase.CompileKey"]):
+    """K5 on CuTeDSL (compiles anywhere, runs on CUDA); see the module docstring."""
+
+
+class C4CompressPlainCuTeDSL(_C4CompressCuTeDSL, C4CompressPlainBase,
+                             CuTeDSLJitKernel["C4CompressPlainBase.CompileKey"]):
+    """K6 on CuTeDSL."""
+
+
+class IndexerCompressCuTeDSL(_C4CompressCuTeDSL, IndexerCompressBase,
+                             CuTeDSLJitKernel["IndexerCompressBase.CompileKey"]):
+    """K9 on CuTeDSL."""

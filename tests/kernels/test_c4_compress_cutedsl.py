@@ -1,0 +1,331 @@
+"""CuTeDSL C4 compressors (K5, K6, K9) on a CPU-only machine.
+
+Every warmup key of the three ops (cache dtypes fp8_ds_mla / fp8 / bfloat16, indexer FP8 /
+MXFP4, norm weights bf16 / fp32) compiles for sm_90a, one compile per key; the PTX has no FMA,
+no approximate division / square root / exponential, 16-byte state loads and the documented
+warp-level structure; no spills; the runtime arguments line up with the fake signature; CPU
+tensors are refused.
+
+Bytes are compared with the reference only on a GPU: ``benchmarks/c4_compress_gpu_check.py``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("cutlass")
+
+from dsv4kit.backends.cutedsl import count_cute_compiles  # noqa: E402
+from dsv4kit.errors import KernelInputError  # noqa: E402
+from dsv4kit.kernels.c4_compress import SPECS, C4CompressConfig  # noqa: E402
+from dsv4kit.kernels.c4_compress import cutedsl as c4_cute  # noqa: E402
+from dsv4kit.kernels.c4_compress.cases import OPS, make_case  # noqa: E402
+from dsv4kit.kernels.c4_compress.cutedsl import (  # noqa: E402
+    C4CompressDsMlaCuTeDSL,
+    C4CompressPlainCuTeDSL,
+    IndexerCompressCuTeDSL,
+)
+from dsv4kit.kernels.c4_compress.reference import check_c4_inputs  # noqa: E402
+from dsv4kit.kernels.c4_compress.spec import compress_operands  # noqa: E402
+from dsv4kit.kernels.encoders.spec import E1, E2, E3, E4, E5, key_encoder  # noqa: E402
+from dsv4kit.platform import cpu_platform  # noqa: E402
+
+CLASSES = {"c4_compress_ds_mla": C4CompressDsMlaCuTeDSL, "c4_compress_plain": C4CompressPlainCuTeDSL,
+           "indexer_compress": IndexerCompressCuTeDSL}
+CONFIGS = [C4CompressConfig(cache_dtype=d, indexer_cache_dtype=i, norm_weight_dtype=w)
+           for d in ("fp8_ds_mla", "fp8", "bfloat16") for i in ("fp8", "mxfp4")
+           for w in ("bfloat16", "float32")]
+
+#: Per encoder: the global stores encode_store emits, and its butterfly / idx shuffle counts.
+ENCODE = {
+    E1: ({"st.global.v4.b32", "st.global.v2.b32"}, 2, 6),
+    E2: ({"st.global.v4.b32"}, 0, 0),
+    E3: ({"st.global.v4.b32"}, 0, 0),
+    E4: ({"st.global.b32"}, 5, 0),
+    E5: ({"st.global.b16", "st.global.b32"}, 3, 3),
+}
+
+_ARTIFACTS: dict = {}
+
+
+def _artifact(cls, key):
+    """One sm_90a compile per (class, key) for the whole module."""
+    if (cls, key) not in _ARTIFACTS:
+        _ARTIFACTS[cls, key] = cls(cpu_platform("sm_90a")).compile_for(key, "sm_90a")
+    return _ARTIFACTS[cls, key]
+
+
+def _label(cfg: C4CompressConfig) -> str:
+    return f"{cfg.cache_dtype}-{cfg.indexer_cache_dtype}-{cfg.norm_weight_dtype}"
+
+
+# --------------------------------------------------------------------------- compiles
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=_label)
+def test_every_warmup_key_compiles_for_sm90a(cfg: C4CompressConfig) -> None:
+    keys = []
+    for cls in CLASSES.values():
+        k = cls(cpu_platform("sm_90a"))
+        for key in k.get_warmup_keys(cfg):
+            keys.append(key)
+            enc = key_encoder(key)
+            art = _artifact(cls, key)
+            ptx = art.text["ptx"]
+            assert art.target == "sm_90a" and ".target sm_90a" in ptx
+            assert art.info["spills"] == 0 and art.info["local_bytes"] == 0, art.info
+            assert 0 < art.info["registers"] <= 128, art.info         # 4 CTAs (16 warps) per SM
+            assert len(art.info["kernels"]) == 1
+            # §2.1 rule 1: no contraction; no approximate division, square root or exponential.
+            assert not re.search(r"\bfma\.", ptx) and not re.search(r"\bmad\.(rn\.)?f32", ptx)
+            for approx in ("div.full", "div.approx", "rcp.approx", "sqrt.approx", "rsqrt", "ex2.approx",
+                           "lg2.approx"):
+                assert approx not in ptx, (key, approx)
+            # IEEE weights: 4 columns x 8 rows per chunk (the chunk loop body once), rr, E3's 1 / s.
+            assert c4_cute.IEEE_WEIGHTS
+            assert len(re.findall(r"div\.rn\.f32", ptx)) == 4 * 8 + 1 + (enc == E3), key
+            assert "sqrt.rn.f32" in ptx and "mul.rn.f32" in ptx
+            # State loads: 16-byte vectors (8 rows x score + kv, p >= 7 and p = 3), element loads
+            # for a block stride that is not a multiple of 4.
+            assert len(re.findall(r"ld\.global\.v4\.b32", ptx)) == 24
+            assert re.search(r"ld\.global\.(nc\.)?f32|ld\.global\.b32", ptx)
+            # The warp's tokens: one ballot, a loop that is not unrolled.
+            assert len(re.findall(r"vote\.sync\.ballot", ptx)) == 1
+            assert '.pragma "nounroll"' in ptx
+            # Head 512 re-lays the pooled row out through shared memory; head 128 does not.
+            relayout = key.head_size == 512
+            assert ("st.shared.v4.b32" in ptx) == relayout and ("ld.shared.v4.b32" in ptx) == relayout
+            # RMSNorm butterfly (5 steps) plus encode_store's; 8 row offsets (2 x 32 bit each) and
+            # the token's position, kv slot (2 each) and request row shuffled from their lanes.
+            stores, bfly, idx = ENCODE[enc]
+            assert len(re.findall(r"shfl\.sync\.bfly", ptx)) == 5 + bfly, key
+            assert len(re.findall(r"shfl\.sync\.idx", ptx)) >= 16 + 5 + idx, key
+            found = set(re.findall(r"st\.global[.\w]*", ptx))
+            assert stores <= found, (key, found)
+            assert ("cvt.rn.satfinite.e4m3x2.f32" in ptx) == (enc in (E1, E3, E4))
+    assert keys or cfg.cache_dtype == "fp8_ds_mla"     # K6 has no key for an fp8_ds_mla cache
+
+
+def test_warmup_covers_every_encoder_and_weight_dtype() -> None:
+    seen = {(cls, key) for cfg in CONFIGS for cls in CLASSES.values()
+            for key in cls(cpu_platform("sm_90a")).get_warmup_keys(cfg)}
+    assert sorted({key_encoder(key) for _, key in seen}) == [E1, E2, E3, E4, E5]
+    assert {key.norm_weight_dtype for _, key in seen} == {"bfloat16", "float32"}
+    assert len(seen) == 10        # K5 x 2 weights, K6 x 2 formats x 2, K9 x 2 formats x 2
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_warmup_compiles_once_per_key(op: str) -> None:
+    """One compile per key serves every T, request count, block-table width, state pool, sbs,
+    kv_bs and page stride (all symbolic in the fakes)."""
+    cls = CLASSES[op]
+    cls.clear_cache()
+    k = cls(cpu_platform("sm_90a"))
+    cfg = C4CompressConfig(cache_dtype="bfloat16" if op == "c4_compress_plain" else "fp8_ds_mla")
+    keys = k.get_warmup_keys(cfg)
+    assert keys
+    with count_cute_compiles() as counter:
+        reports = k.warmup(cfg)
+    assert [r.key for r in reports] == keys and counter.count == len(keys)
+    with count_cute_compiles() as counter:
+        k.warmup(cfg)
+    assert counter.count == len(keys)          # warmup(...) compiles on request; the executor is cached
+    assert all(k.artifact(key) is not None for key in keys)
+    cls.clear_cache()
+
+
+def test_flash_keys_compile_for_sm100a() -> None:
+    for op, cls in CLASSES.items():
+        k = cls(cpu_platform("sm_100a"))
+        cfg = C4CompressConfig(cache_dtype="bfloat16" if op == "c4_compress_plain" else "fp8_ds_mla")
+        for key in k.get_warmup_keys(cfg):
+            art = k.compile_for(key, "sm_100a")
+            assert art.target == "sm_100a" and ".target sm_100a" in art.text["ptx"]
+            assert art.info["spills"] == 0
+
+
+def test_family_specs_name_these_classes() -> None:
+    for op, cls in CLASSES.items():
+        assert SPECS[op].kernel_class(backend="cutedsl") is cls
+        assert issubclass(cls, SPECS[op].contract)
+        assert cls.jit_fn is c4_cute.c4_compress_host
+
+
+def test_exp_constants_are_their_values() -> None:
+    bits = lambda v: int(np.array(v, dtype=np.float32).view(np.uint32))  # noqa: E731
+    assert c4_cute._LOG2E_BITS == bits(1.4426950408889634)
+    assert c4_cute._MAGIC_BITS == bits(1.5 * 2.0**23)
+    assert c4_cute._L2U_BITS == bits(0.693145751953125)
+    assert c4_cute._L2L_BITS == bits(np.log(2.0) - 0.693145751953125)
+    assert c4_cute._EXP_POLY == tuple(bits(v) for v in (
+        0.000198527617612853646278381, 0.00139304355252534151077271, 0.00833336077630519866943359,
+        0.0416664853692054748535156, 0.166666671633720397949219, 0.5))
+    # k * L2U is exact for every k the clamp allows: |k| <= 150 < 2^9 and L2U has 15 significant
+    # bits; 2^k is taken in two halves of at least -75 each (normal powers of two).
+    assert c4_cute._L2U_BITS & 0x1FF == 0
+    assert round(c4_cute._EXP_MIN * 1.4426950408889634) == -150
+
+
+def _exp_model(x: np.ndarray) -> np.ndarray:
+    """exp_f32's operation sequence in numpy fp32 (every operation rounded once, as the .rn PTX)."""
+    f = np.float32
+    c = {n: np.array(getattr(c4_cute, n), dtype=np.uint32).view(np.float32)
+         for n in ("_LOG2E_BITS", "_MAGIC_BITS", "_L2U_BITS", "_L2L_BITS")}
+    poly = np.array(c4_cute._EXP_POLY, dtype=np.uint32).view(np.float32)
+    xc = np.maximum(x, f(c4_cute._EXP_MIN))
+    t = (xc * c["_LOG2E_BITS"]).astype(f) + c["_MAGIC_BITS"]
+    kf = t - c["_MAGIC_BITS"]
+    k = t.view(np.int32) - np.int32(c4_cute._MAGIC_BITS)
+    r = (xc - kf * c["_L2U_BITS"]) - kf * c["_L2L_BITS"]
+    u = np.full_like(r, poly[0])
+    for p in poly[1:]:
+        u = u * r + p
+    v = f(1.0) + (r + (r * r) * u)
+    kk = np.maximum(k, -125)
+    scaled = (v.view(np.int32) + (kk << 23)).view(np.float32)
+    return scaled * ((k - kk + 127) << 23).view(np.float32)
+
+
+def test_exp_sequence_is_within_one_ulp() -> None:
+    """The sequence exp_f32 computes (modelled in numpy fp32): within 1 ulp of exp on [-104, 0],
+    correctly rounded for most inputs, exact at 0, 0 below the subnormal range, -inf -> 0."""
+    rng = np.random.default_rng(0)
+    x = np.concatenate([-rng.random(200_000) * 104, -rng.exponential(1e-3, 20_000),
+                        -rng.random(20_000) * 16.7 - 87.3]).astype(np.float32)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        got = _exp_model(x)
+        exact = np.exp(x.astype(np.float64)).astype(np.float32)
+    ulps = np.abs(got.view(np.int32).astype(np.int64) - exact.view(np.int32))
+    assert ulps.max() <= 1 and (ulps == 0).mean() > 0.88
+    assert (got[(exact > 0) & (exact < 2.0**-126)] > 0).any()         # subnormal results kept
+    special = _exp_model(np.array([0.0, -0.0, -104.0, -1e4, -np.inf], dtype=np.float32))
+    assert special.tolist() == [1.0, 1.0, 0.0, 0.0, 0.0]
+
+
+def test_mapping_constants() -> None:
+    assert c4_cute.WARPS * 32 <= 1024 and c4_cute.TOKENS_PER_WARP <= 32
+    assert c4_cute._CHUNK == 32 * 4 and 512 % c4_cute._CHUNK == 0 and 128 % c4_cute._CHUNK == 0
+
+
+# --------------------------------------------------------------------------- runtime arguments
+
+
+def _operands(case):
+    a = case.args
+    op = case.op
+    t, eps = check_c4_inputs(op, op, a["state_cache"], a["token_to_req"], a["positions"], a["slot_mapping"],
+                             a["block_table"], a["state_block_size"], a["rms_norm_weight"], a["rms_norm_eps"],
+                             a["cos_sin_cache"], case.cache, a["kv_slot_mapping"], a.get("fp8_scale"),
+                             a.get("use_fp4_cache"))
+    ops = compress_operands(op, a["state_cache"], a["block_table"], case.cache, a.get("fp8_scale"), eps, t)
+    return t, ops
+
+
+def _key(k, case):
+    a = case.args
+    kw = {n: a[n] for n in ("rms_norm_weight", "state_cache", "cos_sin_cache")}
+    if case.op == "c4_compress_plain":
+        kw["kv_cache"] = case.cache
+    if case.op == "indexer_compress":
+        kw["use_fp4_cache"] = a["use_fp4_cache"]
+    return k.dispatch(**kw)
+
+
+#: launch_args' tensor arguments besides the operands, in order.
+_PER_CALL = ("token_to_req", "positions", "slot_mapping", "block_table", "rms_norm_weight", "cos_sin_cache",
+             "kv_slot_mapping")
+_DTYPES = {torch.float32: "Float32", torch.int32: "Int32", torch.int64: "Int64", torch.uint8: "Uint8",
+           torch.bfloat16: "BFloat16"}
+
+
+@pytest.mark.parametrize(("op", "fmt"), [("c4_compress_ds_mla", {}), ("c4_compress_plain", {}),
+                                         ("c4_compress_plain", {"fp8_scale": 0.37}),
+                                         ("indexer_compress", {"use_fp4": False}),
+                                         ("indexer_compress", {"use_fp4": True})], ids=str)
+@pytest.mark.parametrize("norm", [torch.bfloat16, torch.float32], ids=str)
+def test_launch_args_match_the_fakes(op: str, fmt: dict, norm: torch.dtype) -> None:
+    """The runtime arguments line up with the fake signature, host-side: same count and order,
+    dtypes, 1-D unit-stride views of the right spans, scalars from the operands."""
+    k = CLASSES[op](cpu_platform("sm_90a"))
+    case = make_case(op, lens=(9, 5, 3), starts=(3, 1001, 0), sbs=16, kv_bs=2, norm_dtype=norm, **fmt)
+    a = case.args
+    key = _key(k, case)
+    t, ops = _operands(case)
+    args = k.launch_args(key, *(a[n] for n in _PER_CALL), ops, t)
+    fakes = k.warmup_inputs(key)
+    assert len(args) == len(fakes) - 4                      # minus the stream and the three constexprs
+    assert fakes[-3:] == (key.head_size, key_encoder(key), c4_cute.IEEE_WEIGHTS)
+    for arg, fake in zip(args, fakes, strict=False):
+        if isinstance(arg, torch.Tensor):
+            assert arg.dim() == 1 and arg.stride() == (1,) and len(fake.shape) == 1
+            assert _DTYPES[arg.dtype] == str(fake.element_type)
+            if isinstance(fake.shape[0], int):
+                assert arg.shape[0] == fake.shape[0]
+        else:
+            assert isinstance(arg, int | float) and not isinstance(fake, torch.Tensor)
+    (state, req, pos, slot, bt, nw, cs, kvs, cache, scale, sbs, bstride, bt_stride, eps, kv_bs,
+     page_stride) = args
+    sc = a["state_cache"]
+    assert state.data_ptr() == sc.data_ptr() and state.data_ptr() % 16 == 0
+    assert state.numel() == (sc.shape[0] - 1) * sc.stride(0) + sc.shape[1] * sc.shape[2]
+    assert (sbs, bstride) == (16, sc.stride(0)) and bstride % 4 == 0
+    for got, want in ((req, a["token_to_req"]), (pos, a["positions"]), (slot, a["slot_mapping"]),
+                      (kvs, a["kv_slot_mapping"])):
+        assert got.data_ptr() == want.data_ptr() and got.numel() == t
+    btab = a["block_table"]
+    assert bt.data_ptr() == btab.data_ptr() and bt_stride == btab.stride(0)
+    assert bt.numel() == (btab.shape[0] - 1) * btab.stride(0) + btab.shape[1]
+    assert torch.equal(bt.as_strided(btab.shape, (bt_stride, 1)), btab)
+    assert nw.data_ptr() == a["rms_norm_weight"].data_ptr() and nw.dtype == norm
+    assert nw.numel() == key.head_size
+    assert cs.data_ptr() == a["cos_sin_cache"].data_ptr() and cs.numel() == a["cos_sin_cache"].numel()
+    assert cache is ops.store.cache and cache.dtype == torch.uint8
+    assert (kv_bs, page_stride) == (2, case.cache.view(torch.uint8).stride(0))
+    fp8 = a.get("fp8_scale")
+    assert scale.shape == (1,) and scale.dtype == torch.float32
+    assert scale.data_ptr() == (fp8 if fp8 is not None else sc).data_ptr()
+    assert eps == ops.eps and isinstance(eps, float)
+
+
+def test_single_token_views_are_made_unit_stride() -> None:
+    """A size-1 tensor may carry any stride; the fakes' strides are static, so the host fixes it."""
+    k = C4CompressDsMlaCuTeDSL(cpu_platform("sm_90a"))
+    case = make_case("c4_compress_ds_mla", lens=(1,), starts=(7,), padding=False)
+    a = dict(case.args)
+    for name, dtype in (("positions", torch.int64), ("slot_mapping", torch.int64),
+                        ("kv_slot_mapping", torch.int64), ("token_to_req", torch.int32)):
+        wide = torch.stack([a[name], a[name]], dim=1)         # [1, 2]
+        a[name] = wide[:, 1]                                  # [1], stride 2
+        assert a[name].stride(0) == 2 and a[name].dtype == dtype
+    t, ops = _operands(type(case)(case.op, a, case.label))
+    args = k.launch_args(_key(k, case), *(a[n] for n in _PER_CALL), ops, t)
+    for i, name in ((1, "token_to_req"), (2, "positions"), (3, "slot_mapping"), (7, "kv_slot_mapping")):
+        assert args[i].stride() == (1,) and args[i].numel() == 1 and int(args[i][0]) == int(a[name][0])
+
+
+def test_block_stride_not_a_multiple_of_4_is_passed_as_is() -> None:
+    """§2.8 allows any block stride >= sbs * 2SW; the kernel then takes its element-load path."""
+    k = IndexerCompressCuTeDSL(cpu_platform("sm_90a"))
+    case = make_case("indexer_compress", lens=(12,), padding=False)
+    sc = case.args["state_cache"]
+    nsb, sbs, row = sc.shape
+    buf = torch.zeros(nsb * (sbs * row + 3) + 4)
+    odd = buf.as_strided(sc.shape, (sbs * row + 3, row, 1))
+    odd.copy_(sc)
+    case.args["state_cache"] = odd
+    t, ops = _operands(case)
+    assert ops.block_stride % 4 == 3
+    args = k.launch_args(_key(k, case), *(case.args[n] for n in _PER_CALL), ops, t)
+    assert args[11] == sbs * row + 3 and args[0].data_ptr() == odd.data_ptr()
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_cpu_tensors_are_refused(op: str) -> None:
+    k = SPECS[op].kernel_class(backend="cutedsl")(cpu_platform("sm_90a"))
+    case = make_case(op, lens=(5,))
+    with pytest.raises(KernelInputError, match="state_cache: expected a cuda tensor"):
+        k(**case.args)
