@@ -545,12 +545,21 @@ def _state_spec(t: int, head: int, sbs: int) -> TensorSpec:
     )
 
 
-def _per_token(step: Any) -> tuple[list[int], list[int]]:
-    """Request row (chunk index) of each token, and the widest row in state blocks."""
+def _per_token(step: Any) -> list[int]:
+    """Request row (chunk index) of each token; padding tokens row 0."""
     req = []
     for i, c in enumerate(step.seqs):
         req += [i] * c.num_tokens
-    return req + [0] * (step.padded_tokens - len(req)), step.max_seq_len
+    return req + [0] * (step.padded_tokens - len(req))
+
+
+def _block_table(stack: Any, sbs: int) -> TensorSpec:
+    """The state block table of launch mode: one row per sequence the runtime may batch, wide
+    enough for the longest context, every entry block 0 (a window may read any in-range block:
+    launch mode checks keys and launches, not values). One pooled allocation per runtime."""
+    shape = (stack.max_num_seqs, max(1, -(-stack.max_model_len // sbs)))
+    return TensorSpec(shape, torch.int32, pool=f"state_block_table:{sbs}",
+                      make=lambda device: torch.zeros(shape, dtype=torch.int32, device=device))
 
 
 def _kv_slots(step: Any, capacity: int) -> TensorSpec:
@@ -614,11 +623,8 @@ def _sites(op: str, head: int, site: str):
         p, t = stack.preset, step.padded_tokens
         comp = p.indexer if head == IDX_HEAD_DIM else p.c4
         sbs = comp.state_block_size
-        req, max_len = _per_token(step)
-        width = max(1, -(-max_len // sbs))
-        nreq = max(1, len(step.seqs))
+        req = _per_token(step)
         state = _state_spec(t, head, sbs)
-        nsb = state.shape[0]
         cache_arg, cache, capacity = _cache(stack, op)
         args = {
             "state_cache": state,
@@ -627,12 +633,7 @@ def _sites(op: str, head: int, site: str):
             ),
             "positions": TensorSpec((t,), torch.int64, values=step.positions),
             "slot_mapping": TensorSpec((t,), torch.int64, values=step.slot_mapping),
-            # Block ids alias the small state pool: launch mode needs in-range rows, not real ones.
-            "block_table": TensorSpec(
-                (nreq, width),
-                torch.int32,
-                values=lambda: (torch.arange(nreq * width, dtype=torch.int32) % nsb).view(nreq, width),
-            ),
+            "block_table": _block_table(stack, sbs),
             "state_block_size": sbs,
             "rms_norm_weight": TensorSpec(
                 (head,),
