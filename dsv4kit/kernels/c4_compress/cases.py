@@ -99,6 +99,15 @@ def _storage_bytes(x: torch.Tensor) -> torch.Tensor:
     return full.view(torch.uint8).to("cpu", copy=True)
 
 
+def _span_bytes(cache: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of the bytes of a paged cache from its first page to its last entry's end (the
+    bytes a kernel may address; what lies around the view in its storage is not compared)."""
+    b = cache.view(torch.uint8)
+    num_pages, kv_bs, width = b.shape
+    span = (num_pages - 1) * b.stride(0) + kv_bs * width
+    return b.as_strided((span,), (1,), b.storage_offset()).to("cpu", copy=True)
+
+
 def _clone_strided(x: torch.Tensor, device: torch.device) -> torch.Tensor:
     """``x`` copied with its strides and storage offset (the bytes around it too), on ``device``."""
     raw = _storage_bytes(x).to(device)
@@ -349,9 +358,9 @@ def judge(case: C4Case, got: torch.Tensor, want: torch.Tensor) -> Verdict:
     page_bytes = cache.stride(0) * esize
     fp4 = bool(a.get("use_fp4_cache", False))
     # Bytes the rule does not judge: identical (sentinel where unwritten, pad 0).
-    rg, rw = _storage_bytes(got), _storage_bytes(want)
+    rg, rw = _span_bytes(got), _span_bytes(want)
     judged = torch.zeros_like(rg, dtype=torch.bool)
-    base = cache.storage_offset() * esize
+    base = 0                                   # offsets from the first page
     width = 512 * esize if op == "c4_compress_plain" else None
     for s in slots.tolist():
         page, entry = divmod(s, kv_bs)
