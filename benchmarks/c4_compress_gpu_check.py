@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dsv4kit.bench import bench_median_ms, copy_bandwidth_gbs, provenance, write_json  # noqa: E402
 from dsv4kit.kernels.c4_compress import SPECS, C4CompressConfig  # noqa: E402
-from dsv4kit.kernels.c4_compress.cases import OPS, C4Case, judge, make_case, random_case  # noqa: E402
+from dsv4kit.kernels.c4_compress.cases import OPS, C4Case, cpu_copy, judge, make_case, random_case  # noqa: E402
 from dsv4kit.kernels.c4_compress.reference import HEAD_DIM, check_c4_inputs  # noqa: E402
 from dsv4kit.kernels.c4_compress.spec import compress_operands  # noqa: E402
 
@@ -125,7 +125,7 @@ def run_reference(case: C4Case, device: str) -> torch.Tensor:
     SPECS[case.op].variants["default"].reference(**c.args)
     if device == "cuda":
         torch.cuda.synchronize()
-    return c.cache.cpu()
+    return cpu_copy(c.cache)
 
 
 def run_kernel(case: C4Case, backend: str) -> torch.Tensor:
@@ -133,7 +133,7 @@ def run_kernel(case: C4Case, backend: str) -> torch.Tensor:
     out = SPECS[case.op].op(**c.args, backend=backend)
     assert out is None
     torch.cuda.synchronize()
-    return c.cache.cpu()
+    return cpu_copy(c.cache)
 
 
 def verdict_record(case: C4Case, got: torch.Tensor, want: torch.Tensor) -> dict[str, Any]:
@@ -247,7 +247,7 @@ def time_case(case: C4Case, copy_gbs: float, rep_ms: int, recip: dict, wants: di
                                      r.args.get("fp8_scale"), eps, t)
             rexe(*k.launch_args(key, *(r.args[n] for n in _PER_CALL), rops, t))
             torch.cuda.synchronize()
-            got = r.cache.cpu()
+            got = cpu_copy(r.cache)
             for ref, want in wants.items():
                 extra.append({"op": case.op, "case": case.label, "reference": ref,
                               **verdict_record(case, got, want)})

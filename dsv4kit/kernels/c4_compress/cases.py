@@ -46,6 +46,7 @@ __all__ = [
     "C4Case",
     "Verdict",
     "judge",
+    "cpu_copy",
     "make_case",
     "random_case",
 ]
@@ -106,6 +107,12 @@ def _span_bytes(cache: torch.Tensor) -> torch.Tensor:
     num_pages, kv_bs, width = b.shape
     span = (num_pages - 1) * b.stride(0) + kv_bs * width
     return b.as_strided((span,), (1,), b.storage_offset()).to("cpu", copy=True)
+
+
+def cpu_copy(x: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of ``x`` with its strides and storage offset (``x.cpu()`` of a strided GPU view
+    is contiguous: a page-strided cache would change layout)."""
+    return _clone_strided(x, torch.device("cpu"))
 
 
 def _clone_strided(x: torch.Tensor, device: torch.device) -> torch.Tensor:
