@@ -4,7 +4,8 @@ Everything that loops over families (the model stack, the CLI, the notebooks, th
 reads :func:`families`; nothing else names a family. Order is the call order within a layer
 (spec §1 data flow); families without model hooks (the encoder store hooks, the rowquant
 example) come last. A folder whose ops share one kernel core (the three C4 compressors share
-the pooling core; the three store hooks share the encoders) holds one spec per op, in ``SPECS``.
+the pooling core; K8a and K8b the norm-RoPE core; the three store hooks share the encoders)
+holds one spec per op, in ``SPECS``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ FAMILY_FOLDERS: dict[str, str] = {
     "c4_compress_ds_mla": "c4_compress",
     "c4_compress_plain": "c4_compress",
     "indexer_compress": "c4_compress",
+    "c128_compress": "c128_compress",
+    "c128_norm_rope_store_ds_mla": "c128_compress",
+    "c128_norm_rope_store_plain": "c128_compress",
     "indexer_q": "indexer_q",
     "dequant_gather": "dequant_gather",
     "store_rows_ds": "encoders",

@@ -40,6 +40,9 @@ __all__ = [
     "rope_magnitudes",
     "step_budget",
     "term_magnitudes",
+    "FP32_RULE",
+    "Fp32Report",
+    "check_fp32_rule",
 ]
 
 #: The per-element fp32 allowance, in units of the term magnitude.
@@ -224,3 +227,60 @@ def check_compressor_rule(
         scale_mismatches=int((mismatch & ~at_boundary).sum()),
         first_violation=first,
     )
+
+
+# --------------------------------------------------------------------------- the FP32 rule (K7)
+
+#: The FP32 rule's bound: ``|c_kernel - c_ref| <= FP32_RULE * max_j |k_j[d]|`` per element.
+FP32_RULE = 1e-5
+
+
+@dataclass(frozen=True)
+class Fp32Report:
+    """What the FP32 rule (K7) saw in one test case."""
+
+    n: int                    #: elements judged
+    bit_identical: int        #: kernel and reference identical (+0 and -0 count as identical)
+    violations: int           #: |a - b| > 1e-5 max_j |k_j[d]|, or a NaN
+    worst: float              #: max over elements of |a - b| / (1e-5 max_j |k_j[d]|) (0 where both are 0)
+    first_violation: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.violations == 0
+
+    def summary(self) -> str:
+        verdict = "conforms" if self.ok else "FAILS"
+        text = (f"FP32 rule {verdict}: {self.bit_identical}/{self.n} bit-identical, worst "
+                f"{self.worst:.3g} of the bound, {self.violations} violation(s)")
+        return text + (f"; first: {self.first_violation}" if self.first_violation else "")
+
+    def assert_ok(self) -> None:
+        if not self.ok:
+            raise AssertionError(self.summary())
+
+
+def check_fp32_rule(a: torch.Tensor, b: torch.Tensor, kmax: torch.Tensor) -> Fp32Report:
+    """The FP32 rule of §2.12 on kernel rows ``a`` and reference rows ``b`` (fp32, same shape), with
+    ``kmax`` the per-element ``max_j |k_j[d]|`` over the pooled rows. Any NaN fails."""
+    _same_shape("b", b, a.shape)
+    _same_shape("kmax", kmax, a.shape)
+    a64, b64 = a.to(torch.float64), b.to(torch.float64)
+    bound = FP32_RULE * kmax.to(torch.float64)
+    diff = (a64 - b64).abs()
+    nan = torch.isnan(a64) | torch.isnan(b64)
+    bad = nan | (diff > bound)
+    ratio = torch.where(diff == 0, torch.zeros_like(diff), diff / bound)
+    first = ""
+    if bad.any():
+        i = int(bad.flatten().nonzero()[0])
+        first = (f"element {i}: kernel {a64.flatten()[i].item()!r}, reference {b64.flatten()[i].item()!r}, "
+                 f"bound {bound.flatten()[i].item():.3g}")
+    return Fp32Report(
+        n=a.numel(),
+        bit_identical=int(((diff == 0) & ~nan).sum()),
+        violations=int(bad.sum()),
+        worst=float(ratio[~nan].max()) if (~nan).any() and a.numel() else 0.0,
+        first_violation=first,
+    )
+

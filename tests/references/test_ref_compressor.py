@@ -31,7 +31,7 @@ from dsv4kit.kernels.c4_compress.reference import (
     c4_compress_plain_reference,
     indexer_compress_reference,
 )
-from dsv4kit.kernels.compressor import (
+from dsv4kit.kernels.c128_compress.reference import (
     c128_compress_reference,
     c128_norm_rope_store_ds_mla_reference,
     c128_norm_rope_store_plain_reference,

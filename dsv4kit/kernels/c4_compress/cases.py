@@ -12,30 +12,34 @@ notebook and the GPU script use the same cases.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from dsv4kit.formats.bits import bytes_to_f32, e4m3_decode, ue8m0_decode
 from dsv4kit.formats.ds_mla import allocate_ds_cache, ds_min_page_stride
-from dsv4kit.formats.fp8 import q8_exponent
 from dsv4kit.formats.indexer_cache import allocate_indexer_cache
-from dsv4kit.formats.mxfp4 import q4_dequantize, q4_exponent, unpack_nibbles
 from dsv4kit.formats.plain_row import allocate_plain_cache
-from dsv4kit.formats.rope import build_cos_sin_cache, compressed_position
+from dsv4kit.formats.rope import compressed_position
 from dsv4kit.formats.state_cache import allocate_state_cache, window_rows
 from dsv4kit.kernels.c4_compress.reference import HEAD_DIM, RATIO, c4_rows, check_c4_values
-from dsv4kit.testing.compressor_rule import (
-    RuleReport,
-    bf16_ulp,
-    boundary_blocks,
-    check_compressor_rule,
-    e2m1_step,
-    e4m3_step,
-    term_magnitudes,
+from dsv4kit.testing.cache_judge import Verdict, cpu_copy, judge_entries
+from dsv4kit.testing.compressor_data import (
+    EPS,
+    KV_REGIMES,
+    LAST_POSITION,
+    SCORE_REGIMES,
+    SENTINEL,
+    SMALL_MAX_POS,
+    TEST_TOKENS,
+    cos_sin,
+    kv_values,
+    norm_weight,
+    request_regime,
+    scores,
+    split_lens,
 )
+from dsv4kit.testing.compressor_rule import term_magnitudes
 
 __all__ = [
     "KV_REGIMES",
@@ -51,21 +55,7 @@ __all__ = [
     "random_case",
 ]
 
-SENTINEL = 0xA5
 OPS = ("c4_compress_ds_mla", "c4_compress_plain", "indexer_compress")
-KV_REGIMES = ("normal", "zero", "tiny", "large")
-SCORE_REGIMES = ("normal", "uniform", "saturating", "huge")
-TEST_TOKENS = (1, 7, 32, 257, 513)
-EPS = 1e-6
-#: The largest position of the compressed layers' RoPE cache (§1): 1 048 575.
-LAST_POSITION = 65_536 * 16 - 1
-_SMALL_MAX_POS = 4096
-
-
-@functools.lru_cache(maxsize=2)
-def cos_sin(max_pos: int) -> torch.Tensor:
-    """The compressed layers' fp32 RoPE cache (θ = 160 000, no YaRN here: data, not a model)."""
-    return build_cos_sin_cache(max_pos, 160_000.0, yarn=None)
 
 
 @dataclass
@@ -94,72 +84,14 @@ class C4Case:
         return replace(self, args=args)
 
 
-def _storage_bytes(x: torch.Tensor) -> torch.Tensor:
-    """A CPU copy of every byte of ``x``'s storage."""
-    full = x.as_strided((x.untyped_storage().nbytes() // x.element_size(),), (1,), 0)
-    return full.view(torch.uint8).to("cpu", copy=True)
-
-
-def _span_bytes(cache: torch.Tensor) -> torch.Tensor:
-    """A CPU copy of the bytes of a paged cache from its first page to its last entry's end (the
-    bytes a kernel may address; what lies around the view in its storage is not compared)."""
-    b = cache.view(torch.uint8)
-    num_pages, kv_bs, width = b.shape
-    span = (num_pages - 1) * b.stride(0) + kv_bs * width
-    return b.as_strided((span,), (1,), b.storage_offset()).to("cpu", copy=True)
-
-
-def cpu_copy(x: torch.Tensor) -> torch.Tensor:
-    """A CPU copy of ``x`` with its strides and storage offset (``x.cpu()`` of a strided GPU view
-    is contiguous: a page-strided cache would change layout)."""
-    return _clone_strided(x, torch.device("cpu"))
-
-
 def _clone_strided(x: torch.Tensor, device: torch.device) -> torch.Tensor:
     """``x`` copied with its strides and storage offset (the bytes around it too), on ``device``."""
-    raw = _storage_bytes(x).to(device)
+    full = x.as_strided((x.untyped_storage().nbytes() // x.element_size(),), (1,), 0)
+    raw = full.view(torch.uint8).to(device, copy=True)
     return raw.view(x.dtype).as_strided(x.shape, x.stride(), x.storage_offset())
 
 
 # --------------------------------------------------------------------------- building a case
-
-
-def _scores(shape: tuple[int, ...], regime: str, g: torch.Generator) -> torch.Tensor:
-    if regime == "uniform":
-        return torch.full(shape, 0.5)
-    if regime == "saturating":  # one row +60, the others -60 (per column: which row varies)
-        s = torch.full(shape, -60.0)
-        s[torch.rand(shape[:-1], generator=g) < 0.25] = 60.0
-        return s
-    if regime == "huge":  # |s| = 1e4
-        return torch.where(torch.rand(shape, generator=g) < 0.5, -1e4, 1e4)
-    return torch.randn(shape, generator=g) * 3
-
-
-def _kv(shape: tuple[int, ...], regime: str, g: torch.Generator) -> torch.Tensor:
-    if regime == "zero":
-        return torch.zeros(shape)
-    x = torch.randn(shape, generator=g)
-    if regime == "tiny":  # magnitudes 2^-60 .. 2^-50
-        return x * torch.exp2(-60 + 10 * torch.rand(shape, generator=g))
-    if regime == "large":  # up to 2^40 (the state's domain, §2.1)
-        return x * torch.exp2(30 + 9 * torch.rand(shape, generator=g))
-    return x
-
-
-def _request_regime(kv_regime: str, r: int) -> str:
-    """kv regime of request ``r``: ``tiny`` alternates tiny rows (far below the norm's eps, so
-    the rows normalize to ~0: every block at the D1 floor, byte 105) with normal rows, whose tiny
-    norm-weight blocks give block amax in (0, 0.0273] (the D1 demonstration)."""
-    return "normal" if kv_regime == "tiny" and r % 2 else kv_regime
-
-
-def _norm_weight(head: int, dtype: torch.dtype, regime: str, g: torch.Generator) -> torch.Tensor:
-    w = 1.0 + 0.1 * torch.randn(head, generator=g)
-    if regime == "tiny":  # blocks of amax <= 0.0273 after the norm: the D1 demonstration
-        w[64:128] *= 0.004
-        w[192:256] *= 0.02
-    return w.to(dtype)
 
 
 def make_case(
@@ -190,7 +122,7 @@ def make_case(
     starts = tuple(starts) if starts is not None else tuple(0 for _ in lens)
     first = [max(0, s - 2 * RATIO + 1) for s in starts]
     top = max(s + n for s, n in zip(starts, lens, strict=True))
-    max_pos = max_pos or (_SMALL_MAX_POS if top <= _SMALL_MAX_POS else LAST_POSITION + 1)
+    max_pos = max_pos or (SMALL_MAX_POS if top <= SMALL_MAX_POS else LAST_POSITION + 1)
     cols = -(-top // sbs)
     # Shuffled state blocks, only for the columns a window reads; one spare block.
     need = [sorted({q // sbs for q in range(f, s + n)}) for f, s, n in zip(first, starts, lens, strict=True)]
@@ -204,8 +136,8 @@ def make_case(
         used += len(c)
     for r, (f, s, n) in enumerate(zip(first, starts, lens, strict=True)):
         q = torch.arange(f, s + n)
-        kv = _kv((len(q), sw), _request_regime(kv_regime, r), g)
-        rows = torch.cat((kv, _scores((len(q), sw), score_regime, g)), dim=1)
+        kv = kv_values((len(q), sw), request_regime(kv_regime, r), g)
+        rows = torch.cat((kv, scores((len(q), sw), score_regime, g)), dim=1)
         state[bt[r, q // sbs].long(), q % sbs] = rows
     req = torch.cat([torch.full((n,), r, dtype=torch.int32) for r, n in enumerate(lens)])
     pos = torch.cat([torch.arange(s, s + n) for s, n in zip(starts, lens, strict=True)])
@@ -236,7 +168,7 @@ def make_case(
         slot_mapping=slot,
         block_table=bt,
         state_block_size=sbs,
-        rms_norm_weight=_norm_weight(head, norm_dtype, kv_regime, g),
+        rms_norm_weight=norm_weight(head, norm_dtype, kv_regime, g),
         rms_norm_eps=EPS,
         cos_sin_cache=cos_sin(max_pos),
     )
@@ -255,20 +187,13 @@ def make_case(
     return C4Case(op, args, label, dict(kv_regime=kv_regime, score_regime=score_regime))
 
 
-def _lens_for(t: int, nreq: int, g: torch.Generator) -> tuple[int, ...]:
-    cuts = sorted(torch.randperm(max(t - 1, 1), generator=g)[: nreq - 1].add(1).tolist()) if t > nreq else []
-    bounds = [0, *cuts, t]
-    lens = tuple(b - a for a, b in zip(bounds, bounds[1:], strict=False) if b > a)
-    return lens or (t,)
-
-
 def random_case(op: str, i: int, *, tokens: tuple[int, ...] = TEST_TOKENS) -> C4Case:
     """The ``i``-th random case of ``op``: T, requests, positions, sbs, kv_bs, strides, dtypes and
     regimes drawn from the spec's test shapes with seed ``i`` (same case on every machine)."""
     g = torch.Generator().manual_seed(1000 + i)
     pick = lambda xs: xs[int(torch.randint(len(xs), (1,), generator=g))]  # noqa: E731
     t = pick(tokens)
-    lens = _lens_for(t, pick((1, 2, 3)), g)
+    lens = split_lens(t, pick((1, 2, 3)), g)
     starts = tuple(pick((0, 0, 3, 5, 1001, 2000)) for _ in lens)
     if i % 17 == 5:
         starts = (LAST_POSITION + 1 - lens[0], *starts[1:])  # reaches 1 048 575
@@ -299,88 +224,39 @@ def random_case(op: str, i: int, *, tokens: tuple[int, ...] = TEST_TOKENS) -> C4
 # --------------------------------------------------------------------------- judging
 
 
-@dataclass
-class Verdict:
-    """The rule's reports per output tensor, and the exact part (bytes the rule does not judge)."""
-
-    label: str
-    reports: dict[str, RuleReport]
-    written: int
-    other_bytes_equal: bool
-
-    @property
-    def ok(self) -> bool:
-        return self.other_bytes_equal and all(r.ok for r in self.reports.values())
-
-    @property
-    def bit_identical(self) -> int:
-        return sum(r.bit_identical for r in self.reports.values())
-
-    @property
-    def elements(self) -> int:
-        return sum(r.n for r in self.reports.values())
-
-    def summary(self) -> str:
-        parts = [f"{k}: {r.summary()}" for k, r in self.reports.items()]
-        exact = "other bytes identical" if self.other_bytes_equal else "OTHER BYTES DIFFER"
-        return f"{self.label}: {self.written} entries; {exact}; " + "; ".join(parts)
-
-    def assert_ok(self) -> None:
-        if not self.ok:
-            raise AssertionError(self.summary())
-
-
-def _regions(op: str, use_fp4: bool, kv_bs: int) -> list[tuple[int, int, int]]:
-    """Judged byte ranges of one entry ``(entry multiplier, page offset, size)``."""
-    if op == "c4_compress_ds_mla":
-        return [(576, 0, 576), (8, kv_bs * 576, 7)]  # the pad byte is BIT-EXACT
-    if op == "c4_compress_plain":
-        return [(1024, 0, 1024)]  # (bytes; e4m3 uses the first 512)
-    if use_fp4:
-        return [(64, 0, 64), (4, kv_bs * 64, 4)]
-    return [(128, 0, 128), (4, kv_bs * 128, 4)]
+def _kind(op: str) -> str:
+    return {"c4_compress_ds_mla": "ds", "c4_compress_plain": "plain"}.get(op, "indexer")
 
 
 def judge(case: C4Case, got: torch.Tensor, want: torch.Tensor) -> Verdict:
-    """Judge the kernel's cache ``got`` against the reference's ``want`` (both from ``case``'s inputs)."""
+    """Judge the kernel's cache ``got`` against the reference's ``want`` (both from ``case``'s inputs,
+    on any device: strided GPU caches are copied with their layout)."""
     a = case.args
-    op = case.op
-    head = HEAD_DIM[op]
-    cache = a[case.cache_arg]
-    got, want = got.cpu(), want.cpu()
     idx = check_c4_values(
-        op,
+        case.op,
         a["state_cache"],
         a["token_to_req"],
         a["positions"],
         a["slot_mapping"],
         a["block_table"],
         a["cos_sin_cache"],
-        cache,
+        case.cache,
         a["kv_slot_mapping"],
-        head,
+        HEAD_DIM[case.op],
     )
     slots = a["kv_slot_mapping"][idx]
-    kv_bs, esize = cache.shape[1], cache.element_size()
-    page_bytes = cache.stride(0) * esize
-    fp4 = bool(a.get("use_fp4_cache", False))
-    # Bytes the rule does not judge: identical (sentinel where unwritten, pad 0).
-    rg, rw = _span_bytes(got), _span_bytes(want)
-    judged = torch.zeros_like(rg, dtype=torch.bool)
-    base = 0                                   # offsets from the first page
-    width = 512 * esize if op == "c4_compress_plain" else None
-    for s in slots.tolist():
-        page, entry = divmod(s, kv_bs)
-        for mult, off, size in _regions(op, fp4, kv_bs):
-            size = width if width is not None else size
-            mult = width if width is not None else mult
-            o = base + page * page_bytes + off + entry * mult
-            judged[o : o + size] = True
-    other_equal = bool(torch.equal(rg[~judged], rw[~judged]))
-    reports: dict[str, RuleReport] = {}
-    if len(slots):
-        reports = _rule_reports(case, got, want, idx, slots)
-    return Verdict(case.label, reports, len(slots), other_equal)
+    m, y = _magnitudes(case, idx) if len(slots) else (None, None)
+    return judge_entries(
+        case.label,
+        _kind(case.op),
+        got,
+        want,
+        slots,
+        m,
+        y,
+        fp8_scale=a.get("fp8_scale"),
+        use_fp4=bool(a.get("use_fp4_cache", False)),
+    )
 
 
 def _magnitudes(case: C4Case, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -406,58 +282,3 @@ def _magnitudes(case: C4Case, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Te
         head,
     )
     return m, y
-
-
-def _rule_reports(
-    case: C4Case, got: torch.Tensor, want: torch.Tensor, idx: torch.Tensor, slots: torch.Tensor
-) -> dict[str, RuleReport]:
-    from dsv4kit.formats.ds_mla import decode_ds_entries, read_ds_entries
-    from dsv4kit.formats.indexer_cache import read_indexer_entries
-    from dsv4kit.formats.plain_row import read_plain_rows
-
-    m, y = _magnitudes(case, idx)
-    n = len(slots)
-    if case.op == "c4_compress_ds_mla":
-        (ea, _), (eb, _) = read_ds_entries(got, slots), read_ds_entries(want, slots)
-        da, db = decode_ds_entries(ea), decode_ds_entries(eb)
-        sa = ue8m0_decode(ea.scales).repeat_interleave(64, dim=1)
-        sb = ue8m0_decode(eb.scales).repeat_interleave(64, dim=1)
-        amax = y[:, :448].abs().reshape(n, 7, 64).amax(-1)
-        bnd = boundary_blocks(amax, q8_exponent).repeat_interleave(64, dim=1)
-        return {
-            "nope": check_compressor_rule(
-                da[:, :448], db[:, :448], m[:, :448], e4m3_step, scale_a=sa, scale_b=sb, boundary=bnd
-            ),
-            "rope": check_compressor_rule(da[:, 448:], db[:, 448:], m[:, 448:], bf16_ulp),
-        }
-    if case.op == "c4_compress_plain":
-        scale = case.args["fp8_scale"]
-        va, vb = read_plain_rows(got, slots, scale), read_plain_rows(want, slots, scale)
-        if scale is None:
-            return {"rows": check_compressor_rule(va, vb, m, bf16_ulp)}
-        s = torch.full_like(va, float(scale[0]))
-        return {"rows": check_compressor_rule(va, vb, m, e4m3_step, scale_a=s, scale_b=s)}
-    fp4 = bool(case.args["use_fp4_cache"])
-    (xa, ba), (xb, bb) = read_indexer_entries(got, slots, fp4), read_indexer_entries(want, slots, fp4)
-    if fp4:
-        va, vb = q4_dequantize(unpack_nibbles(xa), ba), q4_dequantize(unpack_nibbles(xb), bb)
-        sa = ue8m0_decode(ba).repeat_interleave(32, dim=1)
-        sb = ue8m0_decode(bb).repeat_interleave(32, dim=1)
-        amax = y.abs().reshape(n, 4, 32).amax(-1)
-        bnd = boundary_blocks(amax, q4_exponent).repeat_interleave(32, dim=1)
-        return {"mxfp4": check_compressor_rule(va, vb, m, e2m1_step, scale_a=sa, scale_b=sb, boundary=bnd)}
-    fa, fb = bytes_to_f32(ba).reshape(n), bytes_to_f32(bb).reshape(n)
-    va, vb = e4m3_decode(xa) * fa[:, None], e4m3_decode(xb) * fb[:, None]
-    amax = y.abs().amax(-1, keepdim=True)
-    bnd = boundary_blocks(amax, q8_exponent).expand(n, 128)
-    return {
-        "fp8": check_compressor_rule(
-            va,
-            vb,
-            m,
-            e4m3_step,
-            scale_a=fa[:, None].expand(n, 128),
-            scale_b=fb[:, None].expand(n, 128),
-            boundary=bnd,
-        )
-    }

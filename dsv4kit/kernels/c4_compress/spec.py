@@ -28,7 +28,6 @@ from dsv4kit.formats.cache_dtypes import INDEXER_CACHE_DTYPES, NORM_WEIGHT_DTYPE
 from dsv4kit.formats.ds_mla import DS_ENTRY_BYTES, DS_HEAD_DIM, allocate_ds_cache, ds_min_page_stride
 from dsv4kit.formats.indexer_cache import IDX_ENTRY_BYTES, IDX_HEAD_DIM, allocate_indexer_cache
 from dsv4kit.formats.plain_row import allocate_plain_cache
-from dsv4kit.formats.state_cache import allocate_state_cache
 from dsv4kit.jit import Immediate, JitKernel, Like, WarmupChoices, fixed, kernel_launcher
 from dsv4kit.kernels.c4_compress.reference import (
     ARGS,
@@ -39,6 +38,7 @@ from dsv4kit.kernels.c4_compress.reference import (
     check_c4_values,
     indexer_compress_reference,
 )
+from dsv4kit.kernels.compressor.model import block_table_spec, kv_slots_spec, request_rows, state_spec
 from dsv4kit.kernels.encoders.reference import check_aligned
 from dsv4kit.kernels.encoders.spec import StoreOperands, cache_operands
 
@@ -533,49 +533,6 @@ def _gated(contract: type[C4CompressBase]):
     return config
 
 
-def _state_spec(t: int, head: int, sbs: int) -> TensorSpec:
-    # The very pool K4 writes (same name, same shape): in launch mode K5/K9 read K4's rows.
-    sw = 2 * head
-    nsb = max(1, -(-t // sbs))
-    return TensorSpec(
-        (nsb, sbs, 2 * sw),
-        torch.float32,
-        pool=f"state:{sw}",
-        make=lambda device: allocate_state_cache(nsb, sbs, sw, device=device),
-    )
-
-
-def _per_token(step: Any) -> list[int]:
-    """Request row (chunk index) of each token; padding tokens row 0."""
-    req = []
-    for i, c in enumerate(step.seqs):
-        req += [i] * c.num_tokens
-    return req + [0] * (step.padded_tokens - len(req))
-
-
-def _block_table(stack: Any, sbs: int) -> TensorSpec:
-    """The state block table of launch mode: one row per sequence the runtime may batch, wide
-    enough for the longest context, every entry block 0 (a window may read any in-range block:
-    launch mode checks keys and launches, not values). One pooled allocation per runtime."""
-    shape = (stack.max_num_seqs, max(1, -(-stack.max_model_len // sbs)))
-    return TensorSpec(shape, torch.int32, pool=f"state_block_table:{sbs}",
-                      make=lambda device: torch.zeros(shape, dtype=torch.int32, device=device))
-
-
-def _kv_slots(step: Any, capacity: int) -> TensorSpec:
-    # The k-th boundary token of the step writes compressed slot k (while the pool has room).
-    def values() -> torch.Tensor:
-        pos = step.positions()
-        out = torch.full((step.padded_tokens,), -1, dtype=torch.int64)
-        live = torch.zeros(step.padded_tokens, dtype=torch.bool)
-        live[: step.num_tokens] = True
-        sel = torch.nonzero(live & ((pos + 1) % RATIO == 0)).flatten()[:capacity]
-        out[sel] = torch.arange(sel.numel())
-        return out
-
-    return TensorSpec((step.padded_tokens,), torch.int64, values=values)
-
-
 def _cache(stack: Any, op: str) -> tuple[str, TensorSpec, int]:
     """The cache argument of ``op`` in launch mode: (name, spec, capacity in entries)."""
     bs = max(1, stack.block_size // RATIO)
@@ -623,8 +580,8 @@ def _sites(op: str, head: int, site: str):
         p, t = stack.preset, step.padded_tokens
         comp = p.indexer if head == IDX_HEAD_DIM else p.c4
         sbs = comp.state_block_size
-        req = _per_token(step)
-        state = _state_spec(t, head, sbs)
+        req = request_rows(step)
+        state = state_spec(t, 2 * head, sbs)
         cache_arg, cache, capacity = _cache(stack, op)
         args = {
             "state_cache": state,
@@ -633,7 +590,7 @@ def _sites(op: str, head: int, site: str):
             ),
             "positions": TensorSpec((t,), torch.int64, values=step.positions),
             "slot_mapping": TensorSpec((t,), torch.int64, values=step.slot_mapping),
-            "block_table": _block_table(stack, sbs),
+            "block_table": block_table_spec(stack, sbs),
             "state_block_size": sbs,
             "rms_norm_weight": TensorSpec(
                 (head,),
@@ -646,7 +603,7 @@ def _sites(op: str, head: int, site: str):
                 (p.compress_rope.max_pos, p.compress_rope.rope_dim), torch.float32, pool="cos_sin:float32"
             ),
             cache_arg: cache,
-            "kv_slot_mapping": _kv_slots(step, capacity),
+            "kv_slot_mapping": kv_slots_spec(step, RATIO, capacity),
         }
         if op == "c4_compress_plain":
             args["fp8_scale"] = (

@@ -1,0 +1,28 @@
+"""K7, K8a, K8b: the C128 compressor (pool 128 rows; then norm, RoPE and store).
+
+``SPECS`` holds one family spec per op; the ops are ``dsv4kit.ops.c128_compress``,
+``c128_norm_rope_store_ds_mla`` and ``c128_norm_rope_store_plain``. K8a and K8b share one
+norm-RoPE core per backend and the store hooks' encoders.
+"""
+
+from dsv4kit.kernels.c128_compress.reference import (
+    c128_compress_reference,
+    c128_norm_rope_store_ds_mla_reference,
+    c128_norm_rope_store_plain_reference,
+)
+from dsv4kit.kernels.c128_compress.spec import SPECS, C128CompressConfig
+
+c128_compress = SPECS["c128_compress"].op
+c128_norm_rope_store_ds_mla = SPECS["c128_norm_rope_store_ds_mla"].op
+c128_norm_rope_store_plain = SPECS["c128_norm_rope_store_plain"].op
+
+__all__ = [
+    "SPECS",
+    "C128CompressConfig",
+    "c128_compress",
+    "c128_compress_reference",
+    "c128_norm_rope_store_ds_mla",
+    "c128_norm_rope_store_ds_mla_reference",
+    "c128_norm_rope_store_plain",
+    "c128_norm_rope_store_plain_reference",
+]

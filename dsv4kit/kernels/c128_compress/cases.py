@@ -1,0 +1,499 @@
+"""Seeded cases of the C128 compressors (K7, K8a, K8b) and their judges (spec §2.12).
+
+:func:`make_k7_case` builds one K7 call: requests of given lengths at given start positions
+(so the boundaries 127, 255 and 1 048 575 occur), the 16 state blocks of every window shuffled
+in a pool with a padded block stride, padding tokens (slot -1), and an ``out`` larger than T
+filled with the sentinel byte 0xA5. :func:`make_k8_case` builds one K8a / K8b call: T tokens of
+which 0..4 are boundaries, ``compressed_kv`` of the spec's regimes, skipped kv slots, a
+sentinel-filled cache with any page geometry. :func:`make_chain_case` joins the two (K7's
+output feeds K8). :func:`judge_k7` applies the FP32 rule and checks that no other row of
+``out`` changed; :func:`judge_store` and :func:`judge_chain` the compressor rule (term
+magnitudes from ``compressed_kv``, or from the pooled rows end to end). Tests, the notebook and
+the GPU script use the same cases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from dsv4kit.formats.ds_mla import allocate_ds_cache, ds_min_page_stride
+from dsv4kit.formats.plain_row import allocate_plain_cache
+from dsv4kit.formats.rope import compressed_position
+from dsv4kit.formats.state_cache import allocate_state_cache, window_rows
+from dsv4kit.kernels.c128_compress.reference import (
+    CACHE_ARG,
+    RATIO,
+    STATE_BLOCK_SIZE,
+    STORE_OPS,
+    c128_compress_reference,
+    c128_rows,
+    check_c128_compress_values,
+    check_c128_store_values,
+)
+from dsv4kit.testing.cache_judge import Verdict, cpu_copy, judge_entries
+from dsv4kit.testing.compressor_data import (
+    EPS,
+    KV_REGIMES,
+    LAST_POSITION,
+    SCORE_REGIMES,
+    SENTINEL,
+    SMALL_MAX_POS,
+    TEST_TOKENS,
+    cos_sin,
+    kv_values,
+    norm_weight,
+    request_regime,
+    scores,
+    split_lens,
+)
+from dsv4kit.testing.compressor_rule import Fp32Report, check_fp32_rule, rope_magnitudes, term_magnitudes
+
+__all__ = [
+    "KV_REGIMES",
+    "LAST_POSITION",
+    "OPS",
+    "SCORE_REGIMES",
+    "SENTINEL",
+    "TEST_TOKENS",
+    "C128Case",
+    "ChainCase",
+    "K7Verdict",
+    "Verdict",
+    "cpu_copy",
+    "judge_chain",
+    "judge_k7",
+    "judge_store",
+    "make_chain_case",
+    "make_k7_case",
+    "make_k8_case",
+    "random_case",
+]
+
+OPS = ("c128_compress", *STORE_OPS)
+_D = 512
+#: Boundary positions the K8 cases draw from, in order (127, 255, and the last one, 1 048 575, at 4).
+_BOUNDARIES = (127, 255, 383, LAST_POSITION, 1023, 4095, 2047)
+
+
+def _sentinel_like(x: torch.Tensor) -> torch.Tensor:
+    x.view(torch.uint8).fill_(SENTINEL)
+    return x
+
+
+@dataclass
+class C128Case:
+    """One call of ``op``: ``args`` are the op's arguments (K7: ``out``; K8: the cache,
+    sentinel-filled)."""
+
+    op: str
+    args: dict[str, Any]
+    label: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def output_arg(self) -> str:
+        """The argument the op writes: ``out`` (K7), ``k_cache`` (K8a) or ``kv_cache`` (K8b)."""
+        return "out" if self.op == "c128_compress" else CACHE_ARG[self.op]
+
+    @property
+    def output(self) -> torch.Tensor:
+        return self.args[self.output_arg]
+
+    def fresh(self, device: torch.device | str | None = None) -> C128Case:
+        """A copy whose output is a new sentinel-filled buffer (same strides), on ``device``."""
+        dev = torch.device(device) if device is not None else self.output.device
+        args = {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in self.args.items()}
+        for name in (self.output_arg, "state_cache"):
+            if name in self.args:
+                args[name] = _clone_strided(self.args[name], dev)
+        return replace(self, args=args)
+
+
+def _clone_strided(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``x`` copied with its strides and storage offset (the bytes around it too), on ``device``."""
+    full = x.as_strided((x.untyped_storage().nbytes() // x.element_size(),), (1,), 0)
+    raw = full.view(torch.uint8).to(device, copy=True)
+    return raw.view(x.dtype).as_strided(x.shape, x.stride(), x.storage_offset())
+
+
+# --------------------------------------------------------------------------- K7 cases
+
+
+def make_k7_case(
+    *,
+    lens: tuple[int, ...] = (130, 7),
+    starts: tuple[int, ...] | None = None,
+    kv_regime: str = "normal",
+    score_regime: str = "normal",
+    padding: bool = True,
+    extra_rows: int = 3,
+    seed: int = 0,
+) -> C128Case:
+    """One K7 call over requests of ``lens`` new tokens starting at ``starts`` (default 0).
+
+    The state holds every row a window reads (from the 128-aligned start of each request's first
+    window); blocks are shuffled in a pool of stride ``8 * 1024 + 4`` floats (not a multiple of the
+    row: kernels must use the real block stride). Tokens are interleaved across requests.
+    """
+    g = torch.Generator().manual_seed(seed)
+    sbs, sw = STATE_BLOCK_SIZE, _D
+    starts = tuple(starts) if starts is not None else tuple(0 for _ in lens)
+    first = [(s // RATIO) * RATIO for s in starts]
+    top = max(s + n for s, n in zip(starts, lens, strict=True))
+    cols = -(-top // sbs)
+    need = [sorted({q // sbs for q in range(f, s + n)}) for f, s, n in zip(first, starts, lens, strict=True)]
+    nsb = sum(len(c) for c in need) + 1
+    state = allocate_state_cache(nsb, sbs, sw, block_stride=sbs * 2 * sw + 4, fill=float("nan"))
+    perm = torch.randperm(nsb, generator=g).to(torch.int32)
+    bt = torch.full((len(lens), cols), -1, dtype=torch.int32)
+    used = 0
+    for r, c in enumerate(need):
+        bt[r, c] = perm[used : used + len(c)]
+        used += len(c)
+    for r, (f, s, n) in enumerate(zip(first, starts, lens, strict=True)):
+        q = torch.arange(f, s + n)
+        kv = kv_values((len(q), sw), request_regime(kv_regime, r), g)
+        state[bt[r, q // sbs].long(), q % sbs] = torch.cat((kv, scores((len(q), sw), score_regime, g)), dim=1)
+    req = torch.cat([torch.full((n,), r, dtype=torch.int32) for r, n in enumerate(lens)])
+    pos = torch.cat([torch.arange(s, s + n) for s, n in zip(starts, lens, strict=True)])
+    order = torch.randperm(len(pos), generator=g)
+    req, pos = req[order].contiguous(), pos[order].contiguous()
+    t = len(pos)
+    slot = (bt[req.long(), (pos // sbs)].long() * sbs + pos % sbs).contiguous()
+    if padding and t > 2:
+        slot[torch.randperm(t, generator=g)[: max(1, t // 6)]] = -1
+    out = _sentinel_like(torch.empty((t + extra_rows, _D), dtype=torch.float32))
+    args = dict(
+        state_cache=state, token_to_req=req, positions=pos, slot_mapping=slot, block_table=bt, out=out
+    )
+    label = f"c128_compress T={t} lens={lens} starts={starts} kv={kv_regime} s={score_regime}"
+    return C128Case("c128_compress", args, label, dict(kv_regime=kv_regime, score_regime=score_regime))
+
+
+@dataclass
+class K7Verdict:
+    """K7's judgement: the FP32 rule on written rows, and every other row of ``out`` unchanged."""
+
+    label: str
+    report: Fp32Report
+    rows: int
+    other_rows_equal: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.other_rows_equal and self.report.ok
+
+    @property
+    def bit_identical(self) -> int:
+        return self.report.bit_identical
+
+    @property
+    def elements(self) -> int:
+        return self.report.n
+
+    def summary(self) -> str:
+        exact = "other rows untouched" if self.other_rows_equal else "OTHER ROWS CHANGED"
+        return f"{self.label}: {self.rows} rows; {exact}; {self.report.summary()}"
+
+    def assert_ok(self) -> None:
+        if not self.ok:
+            raise AssertionError(self.summary())
+
+
+def _k7_rows(case: C128Case) -> torch.Tensor:
+    a = case.args
+    return check_c128_compress_values(
+        case.op, a["state_cache"], a["token_to_req"], a["positions"], a["slot_mapping"], a["block_table"]
+    )
+
+
+def _windows(args: dict[str, Any], idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    k, s, _ = window_rows(
+        args["state_cache"],
+        args["block_table"],
+        args["token_to_req"][idx].long(),
+        args["positions"][idx],
+        RATIO,
+        False,
+        _D,
+    )
+    return k, s
+
+
+def judge_k7(case: C128Case, got: torch.Tensor, want: torch.Tensor) -> K7Verdict:
+    """Judge K7's ``out`` ``got`` against the reference's ``want`` (both from ``case``'s sentinel ``out``)."""
+    got, want = got.cpu(), want.cpu()
+    idx = _k7_rows(case)
+    written = torch.zeros(got.shape[0], dtype=torch.bool)
+    written[idx] = True
+    other = bool(torch.equal(got[~written].view(torch.int32), want[~written].view(torch.int32)))
+    k, _ = _windows(case.args, idx)
+    report = check_fp32_rule(got[idx], want[idx], k.abs().amax(dim=1))
+    return K7Verdict(case.label, report, len(idx), other)
+
+
+# --------------------------------------------------------------------------- K8 cases
+
+
+def _k8_positions(t: int, boundaries: int, g: torch.Generator) -> torch.Tensor:
+    """``t`` positions, ``boundaries`` of them boundaries (from :data:`_BOUNDARIES`), shuffled."""
+    b = list(_BOUNDARIES[:boundaries])
+    other = torch.randint(0, 4096, (t - len(b),), generator=g)
+    other = torch.where((other + 1) % RATIO == 0, other + 1, other)
+    pos = torch.cat((torch.tensor(b, dtype=torch.int64), other))
+    return pos[torch.randperm(t, generator=g)].contiguous()
+
+
+def _cache(op: str, pages: int, kv_bs: int, page_stride: int | None, fp8_scale: float | None) -> torch.Tensor:
+    if op == "c128_norm_rope_store_ds_mla":
+        return allocate_ds_cache(pages, kv_bs, page_stride=page_stride, fill=SENTINEL)
+    dtype = torch.bfloat16 if fp8_scale is None else torch.float8_e4m3fn
+    return allocate_plain_cache(pages, kv_bs, dtype, page_stride=page_stride, fill_byte=SENTINEL)
+
+
+def _store_args(
+    op: str,
+    positions: torch.Tensor,
+    slot: torch.Tensor,
+    kv_bs: int,
+    page_stride: int | None,
+    norm_dtype: torch.dtype,
+    kv_regime: str,
+    fp8_scale: float | None,
+    padding: bool,
+    g: torch.Generator,
+) -> dict[str, Any]:
+    """K8's arguments besides ``compressed_kv``: kv slots of the boundary tokens, cache, weights."""
+    t = len(positions)
+    boundary = ((positions + 1) % RATIO == 0) & (slot >= 0)
+    nb = int(boundary.sum())
+    pages = max(1, -(-(nb + 3) // kv_bs))
+    kv_slots = torch.full((t,), -1, dtype=torch.int64)
+    kv_slots[boundary] = torch.randperm(pages * kv_bs, generator=g)[:nb]
+    if padding and nb > 2:
+        kv_slots[torch.nonzero(boundary).flatten()[0]] = -1
+    top = int(positions.max()) + 1 if t else 1
+    args: dict[str, Any] = dict(
+        positions=positions,
+        slot_mapping=slot,
+        kv_slot_mapping=kv_slots,
+        rms_norm_weight=norm_weight(_D, norm_dtype, kv_regime, g),
+        rms_norm_eps=EPS,
+        cos_sin_cache=cos_sin(SMALL_MAX_POS if top <= SMALL_MAX_POS else LAST_POSITION + 1),
+    )
+    args[CACHE_ARG[op]] = _cache(op, pages, kv_bs, page_stride, fp8_scale)
+    if op == "c128_norm_rope_store_plain":
+        args["fp8_scale"] = None if fp8_scale is None else torch.tensor([fp8_scale], dtype=torch.float32)
+    return args
+
+
+def _store_label(
+    op: str, kv_bs: int, page_stride: int | None, norm_dtype: torch.dtype, fp8_scale: float | None
+) -> str:
+    w = str(norm_dtype).removeprefix("torch.")
+    return f"kv_bs={kv_bs} P={page_stride} w={w}" + (
+        f" fp8_scale={fp8_scale}" if op == "c128_norm_rope_store_plain" else ""
+    )
+
+
+def make_k8_case(
+    op: str,
+    *,
+    t: int = 32,
+    boundaries: int = 3,
+    kv_bs: int = 2,
+    page_stride: int | None = None,
+    norm_dtype: torch.dtype = torch.bfloat16,
+    kv_regime: str = "normal",
+    fp8_scale: float | None = None,
+    padding: bool = True,
+    seed: int = 0,
+) -> C128Case:
+    """One K8a / K8b call of ``t`` tokens, ``boundaries`` (0..7, at most t) of them at boundary
+    positions; ``compressed_kv`` rows of ``kv_regime`` (``tiny``: tiny and normal rows alternate,
+    with the D1 demonstration's norm weights). K8b stores e4m3 when ``fp8_scale`` is given."""
+    if op not in STORE_OPS:
+        raise ValueError(f"make_k8_case: op must be one of {STORE_OPS}, got {op!r}")
+    g = torch.Generator().manual_seed(seed)
+    boundaries = min(boundaries, t)
+    positions = _k8_positions(t, boundaries, g)
+    rows = [kv_values((1, _D), request_regime(kv_regime, i), g) for i in range(t)]
+    ckv = torch.cat(rows).contiguous() if rows else torch.empty((0, _D))
+    slot = torch.arange(t, dtype=torch.int64)
+    if padding and t > 2:
+        slot[torch.randperm(t, generator=g)[: max(1, t // 6)]] = -1
+    args = _store_args(op, positions, slot, kv_bs, page_stride, norm_dtype, kv_regime, fp8_scale, padding, g)
+    args = {"compressed_kv": ckv, **args}
+    label = f"{op} T={t} boundaries={boundaries} " + _store_label(
+        op, kv_bs, page_stride, norm_dtype, fp8_scale
+    )
+    return C128Case(op, args, label + f" kv={kv_regime}", dict(kv_regime=kv_regime))
+
+
+def _store_selection(case: C128Case) -> torch.Tensor:
+    a = case.args
+    return check_c128_store_values(
+        case.op,
+        a["positions"],
+        a["slot_mapping"],
+        a["kv_slot_mapping"],
+        a["cos_sin_cache"],
+        case.output,
+        a.get("fp8_scale"),
+    )
+
+
+def _judge_cache(
+    case: C128Case,
+    got: torch.Tensor,
+    want: torch.Tensor,
+    idx: torch.Tensor,
+    m: torch.Tensor | None,
+    y: torch.Tensor | None,
+) -> Verdict:
+    a = case.args
+    kind = "ds" if case.op == "c128_norm_rope_store_ds_mla" else "plain"
+    return judge_entries(
+        case.label, kind, got, want, a["kv_slot_mapping"][idx], m, y, fp8_scale=a.get("fp8_scale")
+    )
+
+
+def _rr(c: torch.Tensor, eps: float) -> torch.Tensor:
+    c64 = c.to(torch.float64)
+    return 1.0 / torch.sqrt((c64 * c64).mean(dim=-1, keepdim=True) + eps)
+
+
+def judge_store(case: C128Case, got: torch.Tensor, want: torch.Tensor) -> Verdict:
+    """Judge a K8 cache ``got`` against the reference's ``want`` given the same ``compressed_kv``:
+    term magnitudes ``P_d = |compressed_kv[t, d]|`` (§2.12)."""
+    a = case.args
+    idx = _store_selection(case)
+    if not len(idx):
+        return _judge_cache(case, got, want, idx, None, None)
+    ckv, p = a["compressed_kv"][idx].cpu(), a["positions"][idx].cpu()
+    w = a["rms_norm_weight"].cpu()
+    n = _rr(ckv, a["rms_norm_eps"]) * w.to(torch.float64).abs() * ckv.to(torch.float64).abs()
+    cs = a["cos_sin_cache"].cpu()[compressed_position(p, RATIO)]
+    m = rope_magnitudes(n, cs)
+    y = c128_rows(case.op, ckv, p, w, a["rms_norm_eps"], a["cos_sin_cache"].cpu(), torch.arange(len(idx)))
+    return _judge_cache(case, got, want, idx, m, y)
+
+
+# --------------------------------------------------------------------------- K7 -> K8 chains
+
+
+@dataclass
+class ChainCase:
+    """K7 then K8 on the same tokens: ``k7`` (its ``out`` feeds K8) and ``store`` (its
+    ``compressed_kv`` is replaced by K7's output when run)."""
+
+    k7: C128Case
+    store: C128Case
+
+    @property
+    def label(self) -> str:
+        return f"{self.k7.label} -> {self.store.op} {self.store.label}"
+
+    def fresh(self, device: torch.device | str | None = None) -> ChainCase:
+        return ChainCase(self.k7.fresh(device), self.store.fresh(device))
+
+
+def make_chain_case(
+    op: str,
+    *,
+    lens: tuple[int, ...] = (130, 7),
+    starts: tuple[int, ...] | None = None,
+    kv_bs: int = 2,
+    page_stride: int | None = None,
+    norm_dtype: torch.dtype = torch.bfloat16,
+    kv_regime: str = "normal",
+    score_regime: str = "normal",
+    fp8_scale: float | None = None,
+    padding: bool = True,
+    seed: int = 0,
+) -> ChainCase:
+    """K7 over :func:`make_k7_case`'s tokens, then K8 ``op`` on the same positions and slots."""
+    k7 = make_k7_case(
+        lens=lens, starts=starts, kv_regime=kv_regime, score_regime=score_regime, padding=padding, seed=seed
+    )
+    g = torch.Generator().manual_seed(seed + 7919)
+    a = k7.args
+    args = _store_args(
+        op,
+        a["positions"],
+        a["slot_mapping"],
+        kv_bs,
+        page_stride,
+        norm_dtype,
+        kv_regime,
+        fp8_scale,
+        padding,
+        g,
+    )
+    t = len(a["positions"])
+    store = C128Case(
+        op,
+        {"compressed_kv": torch.zeros((t, _D)), **args},
+        _store_label(op, kv_bs, page_stride, norm_dtype, fp8_scale),
+        dict(k7.meta),
+    )
+    return ChainCase(k7, store)
+
+
+def judge_chain(case: ChainCase, got: torch.Tensor, want: torch.Tensor) -> Verdict:
+    """Judge the cache after K7 -> K8 (kernels) against the reference chain's: the compressor rule
+    with term magnitudes from the pooled rows (``P_d = sum_j w_j |k_j[d]|``), the reference's rows
+    y pooled by the reference K7."""
+    s = case.store.args
+    idx = _store_selection(case.store)
+    if not len(idx):
+        return _judge_cache(case.store, got, want, idx, None, None)
+    k7 = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in case.k7.args.items()}
+    k, sc = _windows(k7, idx)
+    p = k7["positions"][idx]
+    w, eps = s["rms_norm_weight"].cpu(), s["rms_norm_eps"]
+    cs = s["cos_sin_cache"].cpu()
+    m = term_magnitudes(k, sc, w, eps, cs[compressed_position(p, RATIO)])
+    ckv = c128_compress_reference(
+        k7["state_cache"], k7["token_to_req"], k7["positions"], k7["slot_mapping"], k7["block_table"]
+    )
+    y = c128_rows(case.store.op, ckv, k7["positions"], w, eps, cs, idx)
+    return _judge_cache(replace(case.store, label=case.label), got, want, idx, m, y)
+
+
+# --------------------------------------------------------------------------- random cases
+
+
+def random_case(op: str, i: int, *, tokens: tuple[int, ...] = TEST_TOKENS) -> C128Case:
+    """The ``i``-th random case of ``op``: T, requests, positions, strides, dtypes and regimes drawn
+    from the spec's test shapes with seed ``i`` (same case on every machine)."""
+    g = torch.Generator().manual_seed(5000 + i)
+    pick = lambda xs: xs[int(torch.randint(len(xs), (1,), generator=g))]  # noqa: E731
+    t = pick(tokens)
+    if op == "c128_compress":
+        lens = split_lens(t, pick((1, 2, 3)), g)
+        starts = tuple(pick((0, 100, 127, 250, 255, 1001, 1023)) for _ in lens)
+        if i % 11 == 5:
+            starts = (LAST_POSITION + 1 - lens[0], *starts[1:])  # reaches 1 048 575
+        return make_k7_case(
+            lens=lens, starts=starts, kv_regime=pick(KV_REGIMES), score_regime=pick(SCORE_REGIMES), seed=i
+        )
+    kv_bs = pick((1, 2))
+    if op == "c128_norm_rope_store_ds_mla":
+        stride = pick((None, ds_min_page_stride(kv_bs) + 576, 2304 if kv_bs == 2 else None))
+    else:
+        stride = pick((None, kv_bs * _D + 16))
+    return make_k8_case(
+        op,
+        t=t,
+        boundaries=pick((0, 1, 2, 3, 4)),
+        kv_bs=kv_bs,
+        page_stride=stride,
+        norm_dtype=pick((torch.bfloat16, torch.float32)),
+        kv_regime=pick(KV_REGIMES),
+        fp8_scale=pick((None, 1.0, 2.0**-4, 0.37)),
+        seed=i,
+    )
