@@ -23,12 +23,15 @@ Each launch must go to ``torch.cuda.current_stream()`` at call time. Per (family
 
 Every comparison is bit-exact against the family's PyTorch reference (run on CPU copies), and
 every check also verifies that the poisoned input would have given a different result. The
-in-place families (K3, K4, the store hooks E1..E5, the C4 compressors K5, K6, K9) are compared on
-what they write: for the store hooks and compressors the *whole* cache storage (sentinel bytes,
-page tails); the compressors' cache by ``c4_compress.cases.judge(...).ok`` (the compressor rule,
-every byte it does not judge bit-exact), since they are not bit-exact across backends.
+in-place families (K3, K4, the store hooks E1..E5, the C4 compressors K5, K6, K9, the C128
+compressors K7, K8a, K8b) are compared on what they write: for the store hooks and compressors the
+*whole* cache storage (sentinel bytes, page tails; K7: the whole ``out``); the C4 compressors' cache
+by ``c4_compress.cases.judge(...).ok`` (the compressor rule, every byte it does not judge
+bit-exact), K7's ``out`` by ``c128_compress.cases.judge_k7`` (the FP32 rule, every other row
+bit-exact) and K8's cache by ``judge_store``, since they are not bit-exact across backends.
 
-A family is one entry of ``FAMILIES``: name -> ``build(backend, seed) -> StreamCall``.
+A family is one entry of ``FAMILIES``: name -> ``build(backend, seed) -> StreamCall``; every
+registered family needs at least one (the script refuses to run otherwise, ``--dry-run`` too).
 Writes ``streams.json`` and ``streams.md`` under ``--out``; prints PASS/FAIL per check.
 """
 
@@ -281,7 +284,61 @@ def build_c4(op_name: str, **fmt) -> Callable[[str, int], StreamCall]:
     return build
 
 
-#: family name -> build(backend, seed). A new family is one entry here.
+def build_c128(op_name: str, **fmt) -> Callable[[str, int], StreamCall]:
+    """K7, K8a, K8b: K7 state -> ``out`` (the whole storage, judged by ``cases.judge_k7``: the FP32
+    rule on the pooled rows, every other row BIT-EXACT); K8 ``compressed_kv`` -> the whole cache
+    (``cases.judge_store``: the compressor rule, every byte it does not judge BIT-EXACT). ``data``
+    is the state (K7) or ``compressed_kv`` (K8); seed 1 keeps seed 0's layout with other values
+    (-0.75 x), so the captured graph's buffers take them."""
+
+    def build(backend: str, seed: int) -> StreamCall:
+        from dataclasses import replace
+
+        from dsv4kit.kernels import family
+        from dsv4kit.kernels.c128_compress.cases import judge_k7, judge_store, make_k7_case, make_k8_case
+
+        spec = family(op_name)
+        op, ref = _op(spec.op_name), spec.variants["default"].reference
+        if op_name == "c128_compress":
+            c = make_k7_case(lens=(140, 20, 3), starts=(120, 240, 1020), seed=0).fresh(DEVICE)
+            data_arg, judge = "state_cache", judge_k7
+        else:
+            c = make_k8_case(op_name, t=257, boundaries=3, kv_bs=2, seed=0, **fmt).fresh(DEVICE)
+            data_arg, judge = "compressed_kv", judge_store
+        if seed:
+            c.args[data_arg].mul_(-0.75)
+        args, output = c.args, c.output
+        cases: dict[int, object] = {}          # id(want bytes) -> the CPU case it was computed from
+
+        def run():
+            op(**args, backend=backend)
+            return (_whole(output),)
+
+        def reference():
+            cpu = {k: _clone_storage(v, "cpu") for k, v in args.items()}
+            pristine = {k: _clone_storage(v, "cpu") for k, v in args.items()}
+            ref(**cpu)
+            want = _whole(cpu[c.output_arg])
+            cases[id(want)] = replace(c, args=pristine)
+            return (want,)
+
+        def compare(got, want) -> bool:
+            if len(got) != 1 or len(want) != 1 or id(want[0]) not in cases:
+                return same(got, want)
+            case = cases[id(want[0])]
+            proto = case.output
+            g = got[0].cpu().view(proto.dtype).as_strided(proto.shape, proto.stride(), proto.storage_offset())
+            w = want[0].view(proto.dtype).as_strided(proto.shape, proto.stride(), proto.storage_offset())
+            return judge(case, g, w).ok
+
+        return StreamCall(run=run, data=args[data_arg], reset=lambda: _sentinel(output), reference=reference,
+                          allocates=False, compare=compare)
+
+    return build
+
+
+#: family name -> build(backend, seed). A new family is one entry here (every registered family
+#: needs at least one: :func:`check_table`).
 FAMILIES: dict[str, Callable[[str, int], StreamCall]] = {
     "indexer_q/fp8 (K1)": build_indexer_q("fp8"),
     "indexer_q/mxfp4 (K2)": build_indexer_q("mxfp4"),
@@ -298,7 +355,28 @@ FAMILIES: dict[str, Callable[[str, int], StreamCall]] = {
     "c4_compress_plain/e4m3 (K6)": build_c4("c4_compress_plain", fp8_scale=0.37),
     "indexer_compress/fp8 (K9)": build_c4("indexer_compress", use_fp4=False),
     "indexer_compress/mxfp4 (K9)": build_c4("indexer_compress", use_fp4=True),
+    "c128_compress (K7)": build_c128("c128_compress"),
+    "c128_norm_rope_store_ds_mla (K8a)": build_c128("c128_norm_rope_store_ds_mla"),
+    "c128_norm_rope_store_plain/bf16 (K8b)": build_c128("c128_norm_rope_store_plain"),
+    "c128_norm_rope_store_plain/e4m3 (K8b)": build_c128("c128_norm_rope_store_plain", fp8_scale=0.37),
 }
+
+
+def entry_family(name: str) -> str:
+    """The family an entry of :data:`FAMILIES` checks (its name up to the first ``/`` or space)."""
+    return name.split(" ")[0].split("/")[0]
+
+
+def check_table() -> None:
+    """Refuse to run when a registered family has no entry (or an entry names no family)."""
+    from dsv4kit.kernels import FAMILY_NAMES
+
+    covered = {entry_family(n) for n in FAMILIES}
+    missing = [f for f in FAMILY_NAMES if f not in covered]
+    extra = sorted(covered - set(FAMILY_NAMES))
+    if missing or extra:
+        raise SystemExit(f"check_streams.py: FAMILIES does not match dsv4kit.kernels.families(): missing "
+                         f"{missing}, not a family {extra}. Add an entry per family.")
 
 
 # --------------------------------------------------------------------------- comparisons
@@ -549,6 +627,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="CPU: build every entry's inputs (seeds 0 and 1), run its reference, check that the "
                          "poisoned input changes the result; no CUDA needed")
     a = ap.parse_args(argv)
+    check_table()
     if a.dry_run:
         return dry_run(a.families)
     if not torch.cuda.is_available():
@@ -559,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
 
     names = list(FAMILIES) if not a.families else [n for n in FAMILIES
                                                    if any(n.startswith(f) for f in a.families.split(","))]
-    fam_dirs = sorted({n.split(" ")[0].split("/")[0] for n in names})
+    fam_dirs = sorted({entry_family(n) for n in names})
     prov = provenance({"check": "check_streams", "family": fam_dirs, "sleep_cycles": SLEEP_CYCLES,
                        "kernel_source_hash": {f: kernel_source_hash(f) for f in fam_dirs}})
     rows: list[dict] = []

@@ -17,8 +17,10 @@ family's PyTorch reference run on CPU copies of the same inputs: the op's return
 the *whole storage* of every tensor argument (what an op writes in place, and that nothing else
 was written) are compared byte for byte, except the cache of the C4 compressors, which follows
 the compressor rule (``c4_compress.cases.judge(...).ok``: every byte the rule does not judge is
-still byte-exact). Kernels compile on their first call (outside nothing: the sanitizer sees the
-compile's launches too, which is fine).
+still byte-exact), and the outputs of the C128 compressors: K7's ``out`` by the FP32 rule
+(``c128_compress.cases.judge_k7``: every other row byte-exact; its return must be ``out[:T]``), the
+K8a / K8b cache by the compressor rule (``judge_store``). Kernels compile on their first call
+(outside nothing: the sanitizer sees the compile's launches too, which is fine).
 
 Prints one line per (family, backend, case), then a summary; exit code 0 iff every case passed.
 """
@@ -129,6 +131,34 @@ def _c4(op: str) -> Callable[[bool], list[Case]]:
     return build
 
 
+def _c128(op: str) -> Callable[[bool], list[Case]]:
+    """K7 (``out`` judged by the FP32 rule), K8a / K8b (the cache by the compressor rule)."""
+
+    def build(quick: bool) -> list[Case]:
+        from dsv4kit.kernels.c128_compress.cases import TEST_TOKENS, make_k7_case, make_k8_case, random_case
+
+        if op == "c128_compress":
+            if quick:
+                cs = [make_k7_case(lens=(9,), starts=(120,), seed=1),
+                      make_k7_case(lens=(21, 9, 3), starts=(0, 250, 1001), seed=2)]
+            else:
+                cs = [make_k7_case(lens=(t,), starts=(max(0, 128 - t),), seed=t) for t in TEST_TOKENS]
+                cs += [make_k7_case(lens=(140, 20, 3), starts=(120, 240, 1020), seed=5)]
+                cs += [random_case(op, i) for i in range(12)]
+        else:
+            fmt = [{}] if op == "c128_norm_rope_store_ds_mla" else [{}, {"fp8_scale": 0.37}]
+            if quick:
+                cs = [make_k8_case(op, t=7, boundaries=2, kv_bs=2, seed=1, **f) for f in fmt]
+                cs += [make_k8_case(op, t=33, boundaries=3, kv_bs=1, seed=2, **f) for f in fmt]
+            else:
+                cs = [make_k8_case(op, t=t, boundaries=min(t, 3), kv_bs=kv_bs, seed=t, **f) for f in fmt
+                      for t in TEST_TOKENS for kv_bs in (1, 2)]
+                cs += [random_case(op, i) for i in range(12)]
+        return [Case(c.label, dict(c.args), {"c128_op": op}) for c in cs]
+
+    return build
+
+
 def _store(hook: str) -> Callable[[bool], list[Case]]:
     def build(quick: bool) -> list[Case]:
         from dsv4kit.kernels.encoders.cases import REGIMES, make_case, random_case
@@ -156,6 +186,9 @@ CASES: dict[str, Callable[[bool], list[Case]]] = {
     "c4_compress_ds_mla": _c4("c4_compress_ds_mla"),
     "c4_compress_plain": _c4("c4_compress_plain"),
     "indexer_compress": _c4("indexer_compress"),
+    "c128_compress": _c128("c128_compress"),
+    "c128_norm_rope_store_ds_mla": _c128("c128_norm_rope_store_ds_mla"),
+    "c128_norm_rope_store_plain": _c128("c128_norm_rope_store_plain"),
     "indexer_q": _k1k2,
     "dequant_gather": _k3,
     "store_rows_ds": _store("store_rows_ds"),
@@ -227,8 +260,18 @@ def compare(spec: Any, case: Case, pristine: dict, ref_ret: Any, ref_args: dict,
     """The op's returns and every tensor argument's storage against the reference's."""
     bad = []
     rw, rg = _tensors(ref_ret), _tensors(got_ret)
+    c128 = None
+    if "c128_op" in case.meta:
+        from dsv4kit.kernels.c128_compress.cases import C128Case
+
+        c128 = C128Case(case.meta["c128_op"], pristine, case.label)
     if len(rw) != len(rg):
         bad.append(f"returned {len(rg)} tensors, reference {len(rw)}")
+    elif c128 is not None and c128.op == "c128_compress":
+        # K7 returns out[:T]: a view of the caller's ``out`` (judged below by the FP32 rule), not bits.
+        out, t = got_args["out"], int(pristine["positions"].numel())
+        bad += [f"return[{i}] is not out[:{t}]" for i, g in enumerate(rg)
+                if g.data_ptr() != out.data_ptr() or tuple(g.shape) != (t, out.shape[1])]
     else:
         bad += [f"return[{i}]" for i, (g, w) in enumerate(zip(rg, rw, strict=True)) if not _same_bits(g, w)]
     c4_cache = None
@@ -248,6 +291,14 @@ def compare(spec: Any, case: Case, pristine: dict, ref_ret: Any, ref_args: dict,
             v = judge(c4, got_cpu, w)
             if not v.ok:
                 bad.append(f"{k} (compressor rule: {v.summary()[:300]})")
+        elif c128 is not None and k == c128.output_arg:
+            from dsv4kit.kernels.c128_compress.cases import judge_k7, judge_store
+
+            got_cpu = clone_storage(g, "cpu")
+            v = (judge_k7 if c128.op == "c128_compress" else judge_store)(c128, got_cpu, w)
+            if not v.ok:
+                rule = "FP32 rule" if c128.op == "c128_compress" else "compressor rule"
+                bad.append(f"{k} ({rule}: {v.summary()[:300]})")
         elif not torch.equal(storage_bytes(g), storage_bytes(w)):
             n = int((storage_bytes(g) != storage_bytes(w)).sum())
             bad.append(f"{k} ({n} bytes differ)")

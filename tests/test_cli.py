@@ -33,7 +33,7 @@ def test_warmup_flash_sm90a(capsys) -> None:
     assert lines["IndexerQFp8Triton"][1:4] == ["triton", "21", "4"]     # backend, registrations, keys
     assert lines["DequantGatherTriton"][1:4] == ["triton", "43", "3"]
     assert lines["SavePartialStatesTriton"][1:4] == ["triton", "41", "3"]   # K4: main C4, C128, indexer
-    assert "5 kernel(s), 12 key(s)" in out and "0 failure(s)" in out
+    assert "7 kernel(s), 14 key(s)" in out and "0 failure(s)" in out
     assert "(block_size=256, has_gather_lens=True)" in out             # --keys: one line per key
 
 
@@ -119,8 +119,8 @@ def test_jobs_prefetch_in_worker_processes(capsys, tmp_path, monkeypatch) -> Non
     """--jobs 2 compiles the Triton keys in two processes into the on-disk cache, then loads them."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     rc, out, _ = run_main(capsys, "warmup", "--no-progress", "--jobs", "2", "--arch", "sm_100a")
-    assert rc == 0 and "--jobs 2: 12 Triton key(s) compiled in worker processes first" in out
-    assert len(list((tmp_path / "triton").iterdir())) == 12    # one cache entry per key, from the workers
+    assert rc == 0 and "--jobs 2: 14 Triton key(s) compiled in worker processes first" in out
+    assert len(list((tmp_path / "triton").iterdir())) == 14    # one cache entry per key, from the workers
     assert "0 failure(s)" in out
 
 
@@ -151,7 +151,7 @@ def test_warmup_failure_exits_1(capsys, monkeypatch) -> None:
     monkeypatch.setattr(DequantGatherTriton, "compile", broken)
     rc, out, err = run_main(capsys, "warmup", "--no-progress")
     assert rc == 1
-    assert "12 key(s)" in out and "1 failure(s)" in out
+    assert "14 key(s)" in out and "1 failure(s)" in out
     assert "FAILED DequantGatherTriton" in err and "ptxas exploded" in err
     rc, out, _ = run_main(capsys, "coverage", "--no-progress", "--steps", "2")
     assert rc == 1 and "coverage" not in out.split("failure(s)")[-1]    # no replay after a failed warmup

@@ -26,6 +26,7 @@ from dsv4kit.errors import KernelInputError
 from dsv4kit.family import FamilySpec
 from dsv4kit.kernels import families
 from dsv4kit.kernels.c4_compress.cases import make_case as c4_case
+from dsv4kit.kernels.c128_compress.cases import make_k7_case, make_k8_case
 from dsv4kit.kernels.dequant_gather.cases import make_case as k3_case
 from dsv4kit.kernels.encoders.cases import make_case as store_case
 from dsv4kit.kernels.indexer_q.cases import make_case as iq_case
@@ -47,6 +48,11 @@ VALID: dict[str, Callable[[FamilySpec], dict]] = {
     "c4_compress_ds_mla": lambda spec: c4_case(spec.name, lens=(9,), seed=1).fresh().args,
     "c4_compress_plain": lambda spec: c4_case(spec.name, lens=(9,), fp8_scale=0.5, seed=1).fresh().args,
     "indexer_compress": lambda spec: c4_case(spec.name, lens=(9,), seed=1).fresh().args,
+    "c128_compress": lambda spec: make_k7_case(lens=(3,), starts=(126,), seed=1).fresh().args,
+    "c128_norm_rope_store_ds_mla": lambda spec: make_k8_case(spec.name, t=5, boundaries=2,
+                                                             seed=1).fresh().args,
+    "c128_norm_rope_store_plain": lambda spec: make_k8_case(spec.name, t=5, boundaries=2, fp8_scale=0.5,
+                                                            seed=1).fresh().args,
     "store_rows_ds": lambda spec: store_case(spec.name, 5, seed=1).fresh().args,
     "store_rows_plain": lambda spec: store_case(spec.name, 5, fp8_scale=0.5, seed=1).fresh().args,
     "store_rows_indexer": lambda spec: store_case(spec.name, 5, seed=1).fresh().args,
@@ -124,6 +130,9 @@ PER_TOKEN: dict[str, tuple[str, ...]] = {
     "c4_compress_ds_mla": ("token_to_req", "positions", "slot_mapping", "kv_slot_mapping"),
     "c4_compress_plain": ("token_to_req", "positions", "slot_mapping", "kv_slot_mapping"),
     "indexer_compress": ("token_to_req", "positions", "slot_mapping", "kv_slot_mapping"),
+    "c128_compress": ("token_to_req", "positions", "slot_mapping"),      # out: >= T rows
+    "c128_norm_rope_store_ds_mla": ("compressed_kv", "positions", "slot_mapping", "kv_slot_mapping"),
+    "c128_norm_rope_store_plain": ("compressed_kv", "positions", "slot_mapping", "kv_slot_mapping"),
     "indexer_q": ("positions", "index_q", "index_weights"),
     "dequant_gather": ("seq_lens", "gather_lens", "block_table"),      # per request
     "store_rows_ds": ("rows", "kv_slot_mapping"),
@@ -150,6 +159,20 @@ def _oob(spec_name: str, v: dict) -> list[tuple[str, str, Callable[[torch.Tensor
         out.append(("token_to_req", "a request past the block table", lambda t: t.__setitem__(bnd, nreq)))
         out.append(("positions", "a position past the RoPE cache",
                     lambda t: t.__setitem__(bnd, v["cos_sin_cache"].shape[0] * 8 - 1)))
+    elif spec_name == "c128_compress":
+        nsb, nreq = v["state_cache"].shape[0], v["block_table"].shape[0]
+        bnd = int(torch.nonzero((v["positions"] + 1) % 128 == 0)[0])
+        live = int(torch.nonzero(v["slot_mapping"] >= 0)[0])
+        out.append(("block_table", "a block past the state cache", lambda t: t.__setitem__((0, 0), nsb)))
+        out.append(("token_to_req", "a request past the block table", lambda t: t.__setitem__(bnd, nreq)))
+        out.append(("positions", "a negative position", lambda t: t.__setitem__(live, -1)))
+    elif spec_name.startswith("c128_norm_rope_store"):
+        cache = v["kv_cache" if spec_name.endswith("plain") else "k_cache"]
+        nkv = cache.shape[0] * cache.shape[1]
+        bnd = int(torch.nonzero(v["kv_slot_mapping"] >= 0)[0])
+        out.append(("kv_slot_mapping", "a kv slot past the cache", lambda t: t.__setitem__(bnd, nkv)))
+        out.append(("positions", "a position past the RoPE cache",
+                    lambda t: t.__setitem__(bnd, v["cos_sin_cache"].shape[0] * 128 - 1)))
     elif spec_name == "indexer_q":
         out.append(("positions", "a position past the RoPE cache",
                     lambda t: t.__setitem__(0, v["cos_sin_cache"].shape[0])))

@@ -18,6 +18,7 @@ from dsv4kit.family import DEFAULT_VARIANT, Arg, FamilySpec, ModelHooks, Variant
 from dsv4kit.jit import WarmupRegistry
 from dsv4kit.kernels import FAMILY_FOLDERS, FAMILY_NAMES, families, family
 from dsv4kit.kernels.c4_compress import C4CompressConfig
+from dsv4kit.kernels.c128_compress import C128CompressConfig
 from dsv4kit.kernels.dequant_gather.spec import DequantGatherBase
 from dsv4kit.model.stack import DSv4AttentionStack
 from dsv4kit.platform import cpu_platform
@@ -27,7 +28,8 @@ KERNELS = Path(dsv4kit.ops.__file__).parent / "kernels"
 #: The files every family folder has, and no family has more (spec.py: contract + SPEC).
 LAYOUT = {"__init__.py", "spec.py", "reference.py", "triton.py", "cutedsl.py", "cases.py"}
 #: A config whose warmup keys are not empty, where the default (DSv4-Flash) warms none.
-EXAMPLE_CONFIG = {"c4_compress_plain": C4CompressConfig(cache_dtype="bfloat16")}
+EXAMPLE_CONFIG = {"c4_compress_plain": C4CompressConfig(cache_dtype="bfloat16"),
+                  "c128_norm_rope_store_plain": C128CompressConfig(cache_dtype="bfloat16")}
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
@@ -58,15 +60,19 @@ def test_one_layout_for_every_family(name: str) -> None:
 def test_model_families_have_hooks_and_are_stacked() -> None:
     model = families(model=True)
     assert [s.name for s in model] == ["save_partial_states", "c4_compress_ds_mla", "c4_compress_plain",
-                                       "indexer_compress", "indexer_q", "dequant_gather"]
+                                       "indexer_compress", "c128_compress", "c128_norm_rope_store_ds_mla",
+                                       "c128_norm_rope_store_plain", "indexer_q", "dequant_gather"]
     stack = DSv4AttentionStack("flash", "sm_90a")
     plain = DSv4AttentionStack("flash", "sm_90a", cache_dtype="bf16")
     assert stack.families == model
     for spec in model:
-        runtime = plain if spec.name == "c4_compress_plain" else stack     # K6: plain-row caches only
+        plain_only = spec.name in ("c4_compress_plain", "c128_norm_rope_store_plain")
+        runtime = plain if plain_only else stack                           # K6, K8b: plain-row caches only
         assert any(spec.name in layer.kernels for layer in runtime.layers), spec.name
     assert not any("c4_compress_plain" in layer.kernels for layer in stack.layers)
     assert not any("c4_compress_ds_mla" in layer.kernels for layer in plain.layers)
+    assert not any("c128_norm_rope_store_plain" in layer.kernels for layer in stack.layers)
+    assert not any("c128_norm_rope_store_ds_mla" in layer.kernels for layer in plain.layers)
     with pytest.raises(KernelInputError, match="family: expected one of"):
         family("c4_compress")
 

@@ -40,7 +40,8 @@ def test_zero_misses_and_every_warmed_key_reachable(preset, arch, cache, indexer
     ledger = warm(stack, registry)
     warmed = {k: set(v) for k, v in ledger.warmed.items()}
     assert warmed == {k: set(v) for k, v in registry.keys().items()}
-    assert len(warmed) == (5 if cache == "fp8_ds_mla" else 4)   # K4, K5 or K6, K9, K1 or K2, K3 where used
+    # K4, K5 or K6, K9, K7, K8a or K8b, K1 or K2, and K3 where used (fp8_ds_mla caches)
+    assert len(warmed) == (7 if cache == "fp8_ds_mla" else 6)
     for rope, kind in itertools.product(("float32", "bfloat16"), ("decode", "prefill", "mixed")):
         runtime = stack if rope == "float32" else DSv4AttentionStack(preset, arch, rope_cache_dtype=rope,
                                                                       **settings)
@@ -140,6 +141,10 @@ def test_backend_not_selected_trap_6() -> None:
                                   "triton on cpu sm_90a (trap 6)",
         "IndexerCompressCuTeDSL": "cutedsl backend not selected: this runtime's indexer_compress runs "
                                   "triton on cpu sm_90a (trap 6)",
+        "C128CompressCuTeDSL": "cutedsl backend not selected: this runtime's c128_compress runs "
+                               "triton on cpu sm_90a (trap 6)",
+        "C128StoreDsMlaCuTeDSL": "cutedsl backend not selected: this runtime's c128_norm_rope_store_ds_mla "
+                                 "runs triton on cpu sm_90a (trap 6)",
     }
 
 

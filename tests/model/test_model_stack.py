@@ -41,18 +41,23 @@ def iq_keys(dtypes=("float32", "bfloat16")):
 
 
 def test_flash_registers_the_spec_keys_once_per_kernel() -> None:
-    """Spec §2.11 DSv4-Flash table (the K1, K3 and K4 rows); 43 layers collapse to one entry each."""
+    """Spec §2.11 DSv4-Flash table (every row); 43 layers collapse to one entry per kernel."""
     stack, registry = build()
     keys = registry.keys()
     assert set(keys.pop("SavePartialStatesTriton")) == {K4(1024, 4, 4), K4(512, 128, 8), K4(256, 4, 4)}
     (k5,) = keys.pop("C4CompressDsMlaTriton")
     (k9,) = keys.pop("IndexerCompressTriton")
     assert (k5.norm_weight_dtype, k9.use_fp4_cache, k9.norm_weight_dtype) == ("bfloat16", False, "bfloat16")
+    (k7,) = keys.pop("C128CompressTriton")
+    (k8a,) = keys.pop("C128StoreDsMlaTriton")
+    assert (k7.head_size, k7.state_width, k7.state_block_size) == (512, 512, 8)
+    assert (k8a.kv_cache_block_size, k8a.kv_block_stride, k8a.norm_weight_dtype) == (2, 1728, "bfloat16")
     assert keys == {"IndexerQFp8Triton": iq_keys(),
                     "DequantGatherTriton": [K3(256, True), K3(64, False), K3(2, False)]}
     regs = registry.registrations
     assert regs["IndexerQFp8Triton"].count == 21       # C4 layers
     assert regs["C4CompressDsMlaTriton"].count == regs["IndexerCompressTriton"].count == 21
+    assert regs["C128CompressTriton"].count == regs["C128StoreDsMlaTriton"].count == 20   # C128 layers
     assert regs["SavePartialStatesTriton"].count == 41  # C4 and C128 layers (main + indexer state on C4)
     assert regs["DequantGatherTriton"].count == 43     # every layer gathers its window in prefill
     assert stack.registry.keys() == registry.keys()    # the stack keeps its own copy
@@ -115,7 +120,7 @@ def test_no_active_registry_registers_nowhere_else() -> None:
     outer = WarmupRegistry()
     stack = DSv4AttentionStack(DSV4_FLASH, "sm_90a")     # no registry active
     assert len(outer) == 0
-    assert len(stack.registry) == 12
+    assert len(stack.registry) == 14
 
 
 # --------------------------------------------------------------------------- platform gating
@@ -136,7 +141,8 @@ def test_platform_gating_selects_what_the_ops_select() -> None:
 def test_forced_backend() -> None:
     _, registry = build(platform=gpu_platform("sm_90a"), backend="triton")
     assert set(registry.keys()) == {"IndexerQFp8Triton", "DequantGatherTriton", "SavePartialStatesTriton",
-                                    "C4CompressDsMlaTriton", "IndexerCompressTriton"}
+                                    "C4CompressDsMlaTriton", "IndexerCompressTriton", "C128CompressTriton",
+                                    "C128StoreDsMlaTriton"}
     with pytest.raises(KernelInputError, match="CuTeDSL kernels run only on a GPU"):
         build(platform=cpu_platform("sm_90a"), backend="cutedsl")
     with pytest.raises(KernelInputError, match="backend"):

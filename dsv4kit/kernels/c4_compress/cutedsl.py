@@ -73,7 +73,7 @@ from dsv4kit.kernels.encoders.cutedsl import cache_align, div_rn, elems_per_lane
 from dsv4kit.kernels.encoders.spec import key_encoder
 
 __all__ = ["IEEE_WEIGHTS", "TOKENS_PER_WARP", "WARPS", "C4CompressDsMlaCuTeDSL", "C4CompressPlainCuTeDSL",
-           "IndexerCompressCuTeDSL", "c4_compress_host", "exp_f32", "pool_norm_rope", "sqrt_rn"]
+           "IndexerCompressCuTeDSL", "c4_compress_host", "exp_f32", "norm_rope", "pool_norm_rope", "sqrt_rn"]
 
 #: Softmax weights by IEEE division ``div.rn(e_j, S)``, as the reference (else ``fl(e_j * fl(1 / S))``,
 #: 8 divisions fewer per column; also within the compressor rule). A compile-time choice.
@@ -244,7 +244,24 @@ def pool_norm_rope(mState: cute.Tensor, mBT: cute.Tensor, mNW: cute.Tensor, mCS:
         src = cute.make_tensor(sRow.iterator + cute.assume(lane * ept, divby=4), cute.make_layout(ept))
         cute.autovec_copy(src, y)
 
-    # 4. RMSNorm over the warp's row.
+    # 4./5. RMSNorm, RoPE at cos/sin row (p // 4) * 4.
+    norm_rope(y, mNW, mCS, p, eps, D, 2)
+    return y
+
+
+@cute.jit
+def norm_rope(y: cute.Tensor, mNW: cute.Tensor, mCS: cute.Tensor, p: Int64, eps: Float32,
+              D: cutlass.Constexpr, log2_ratio: cutlass.Constexpr):
+    """RMSNorm, then RoPE of the last 64 dims, in place on a warp-held row ``y`` (lane ``l``:
+    dims ``[l * EPT, (l + 1) * EPT)``, the ``encode_store`` convention); the whole warp calls it.
+
+    Norm: lane sums of squares in order, a 5-step butterfly (every lane the same total),
+    ``rr = div.rn(1, sqrt.rn(fl(sum / D) + eps))``, ``y_d = fl(fl(y_d * rr) * w_d)``. RoPE: GPT-J
+    pairs within the lanes that hold dims ``[D - 64, D)``, cos/sin row ``(p >> log2_ratio) <<
+    log2_ratio`` (the compressed position of a ratio-``2^log2_ratio`` boundary token).
+    """
+    ept = elems_per_lane(D // 64)
+    lane = cute.arch.lane_idx()
     ss = Float32(0.0)
     for i in cutlass.range_constexpr(ept):
         ss = add_rn(ss, mul_rn(y[i], y[i]))
@@ -254,9 +271,8 @@ def pool_norm_rope(mState: cute.Tensor, mBT: cute.Tensor, mNW: cute.Tensor, mCS:
     for i in cutlass.range_constexpr(ept):
         y[i] = mul_rn(mul_rn(y[i], rr), mNW[lane * ept + i].to(Float32))
 
-    # 5. RoPE (GPT-J pairs of the last 64 dims) at cos/sin row (p // 4) * 4.
     if lane * ept >= D - 64:
-        row = (p >> Int64(2)) * Int64(4 * 64)
+        row = (p >> Int64(log2_ratio)) * Int64((1 << log2_ratio) * 64)
         pair0 = Int64((lane * ept - (D - 64)) // 2)
         for k in cutlass.range_constexpr(ept // 2):
             cs = mCS[row + pair0 + k]
@@ -265,7 +281,6 @@ def pool_norm_rope(mState: cute.Tensor, mBT: cute.Tensor, mNW: cute.Tensor, mCS:
             xo = y[2 * k + 1]
             y[2 * k] = sub_rn(mul_rn(xe, cs), mul_rn(xo, sn))
             y[2 * k + 1] = add_rn(mul_rn(xo, cs), mul_rn(xe, sn))
-    return y
 
 
 @cute.kernel

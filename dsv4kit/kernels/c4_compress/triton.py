@@ -6,7 +6,7 @@ it stops there (no further load, no store). Otherwise it holds the whole window 
 ``[8, D]`` fp32 tiles (rows j = 0..7 are positions ``p - 7 + j``; rows 0..3 read half A of
 their state row, rows 4..7 half B; rows with a negative position are masked: score -inf,
 weight 0, so the first boundary p = 3 pools rows 4..7 only) and computes, per column, the
-max-subtracted softmax over the 8 rows and the pooled value (:func:`pool_norm_rope`). RMSNorm
+max-subtracted softmax over the 8 rows and the pooled value (:func:`pool_window`). RMSNorm
 follows over the D columns (``sqrt_rn`` and ``div_rn``: IEEE like the reference), then RoPE of the
 fp32 normalized values at cos/sin row ``(p // 4) * 4``: the row is viewed as ``[D / 64, 32, 2]``
 (64-blocks x GPT-J pairs) and only the last block is rotated. The result ``y [D / 64, 64]`` goes
@@ -45,15 +45,14 @@ __all__ = [
     "C4CompressPlainTriton",
     "IndexerCompressTriton",
     "c4_compress_kernel",
-    "pool_norm_rope",
+    "norm_rope",
+    "pool_window",
 ]
 
 
 @triton.jit
-def pool_norm_rope(
-    state_ptr, bt_ptr, nw_ptr, cs_ptr, req, p, sbs, block_stride, bt_stride, eps, D: tl.constexpr
-):
-    """The fp32 row y ``[D / 64, 64]`` of the boundary token at position ``p`` of request ``req``."""
+def pool_window(state_ptr, bt_ptr, req, p, sbs, block_stride, bt_stride, D: tl.constexpr):
+    """The pooled fp32 row c ``[D]`` of the C4 boundary token at position ``p`` of request ``req``."""
     j = tl.arange(0, 8)
     q = p - 7 + j
     inc = q >= 0
@@ -68,16 +67,21 @@ def pool_norm_rope(
     m = tl.max(s, axis=0)
     e = tl.exp(s - m[None, :])
     w = tl.div_rn(e, tl.sum(e, axis=0)[None, :])
-    c = tl.sum(w * k, axis=0)
+    return tl.sum(w * k, axis=0)
 
+
+@triton.jit
+def norm_rope(c, nw_ptr, cs_ptr, rope_row, eps, D: tl.constexpr):
+    """y ``[D / 64, 64]``: RMSNorm of the fp32 row c ``[D]``, then RoPE of its last 64 dims at cos/sin
+    row ``rope_row`` (C4: ``(p // 4) * 4``; C128: ``(p // 128) * 128``). Shared by C4 and C128."""
     rr = tl.div_rn(1.0, tl.sqrt_rn(tl.div_rn(tl.sum(c * c, axis=0), D * 1.0) + eps))
     n = (c * rr) * tl.load(nw_ptr + tl.arange(0, D)).to(tl.float32)
 
-    # RoPE on the last 64 dims (block D/64 - 1), GPT-J pairs, at row (p // 4) * 4.
+    # RoPE on the last 64 dims (block D/64 - 1), GPT-J pairs.
     NB: tl.constexpr = D // 64
     x_e, x_o = tl.split(tl.reshape(n, (NB, 32, 2)))
     i = tl.arange(0, 32)[None, :]
-    row = (p // 4) * 4 * 64
+    row = rope_row * 64
     cos = tl.load(cs_ptr + row + i)
     sin = tl.load(cs_ptr + row + 32 + i)
     last = tl.arange(0, NB)[:, None] == NB - 1
@@ -128,13 +132,10 @@ def c4_compress_kernel(
         if block_stride % 4 == 0:
             # The usual state cache: written so, every row offset is provably 16-byte aligned
             # (a fact checked here, not an assumption) and the tile loads are 16-byte vectors.
-            y = pool_norm_rope(
-                state_ptr, bt_ptr, nw_ptr, cs_ptr, req, p, sbs, (block_stride // 4) * 4, bt_stride, eps, D
-            )
+            c = pool_window(state_ptr, bt_ptr, req, p, sbs, (block_stride // 4) * 4, bt_stride, D)
         else:
-            y = pool_norm_rope(
-                state_ptr, bt_ptr, nw_ptr, cs_ptr, req, p, sbs, block_stride, bt_stride, eps, D
-            )
+            c = pool_window(state_ptr, bt_ptr, req, p, sbs, block_stride, bt_stride, D)
+        y = norm_rope(c, nw_ptr, cs_ptr, (p // 4) * 4, eps, D)
         encode_store(y, cache_ptr, scale_ptr, kv_slot, kv_bs, page_stride, ENC, D // 64)
 
 

@@ -77,6 +77,9 @@ def check_compressor_inputs(
     check_per_token(kernel, "positions", positions, torch.int64, None)
     t = positions.shape[0]
     check_state_cache(kernel, "state_cache", state_cache, state_width)
+    if state_cache.shape[0] < 1 or state_cache.shape[1] < 1:  # windows index blocks and rows in them
+        raise input_error(kernel, "state_cache", "at least one block of at least one row",
+                          f"shape {tuple(state_cache.shape)}")
     if state_block_size is not None and state_block_size != state_cache.shape[1]:
         raise input_error(
             kernel, "state_block_size", f"state_cache.shape[1] ({state_cache.shape[1]})", state_block_size

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The device calls for the C128 compressor records (K7, K8a, K8b), in three phases (a call runs
+# <= 600 s, so each phase's step limits add up to less):
+#     bash benchmarks/gpu_session_c128.sh numerics_perf OUT_DIR  # K7/K8 numerics, bandwidth, decode latency
+#     bash benchmarks/gpu_session_c128.sh c4 OUT_DIR             # the C4 compressor records, rerun
+#     bash benchmarks/gpu_session_c128.sh replay OUT_DIR         # model replay, streams, memcheck
+# Each step has its own time limit and log; a step that fails or times out does not stop the
+# others. Everything ends up in OUT_DIR/records.tar.gz (the device returns few files) and
+# OUT_DIR/session.log.
+set -u
+usage="usage: gpu_session_c128.sh numerics_perf|c4|replay OUT_DIR"
+phase=${1:?$usage}
+out=${2:?$usage}
+mkdir -p "$out"
+work=$(mktemp -d)
+log="$out/session.log"
+step() {  # step NAME SECONDS CMD...
+    local name=$1 secs=$2; shift 2
+    local t0=$SECONDS
+    echo "=== $name (limit ${secs}s): $*" | tee -a "$log"
+    timeout "$secs" "$@" > "$work/$name.log" 2>&1
+    local rc=$?
+    tail -n 60 "$work/$name.log" >> "$log"
+    echo "=== $name: rc=$rc in $((SECONDS - t0))s" | tee -a "$log"
+}
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader >> "$log" 2>&1
+case $phase in
+numerics_perf)
+    step c128_check 420 python3 benchmarks/c128_compress_gpu_check.py --out "$work/c128_compress_h200" \
+        --rep-ms 100 --compile-budget 60 ;;
+c4)
+    step c4_check 300 python3 benchmarks/c4_compress_gpu_check.py --out "$work/c4_compress_h200/check.json" \
+        --cases 50 --no-timing
+    step c4_bandwidth 250 python3 benchmarks/c4_compress.py --out "$work/c4_compress_h200" --compile-budget 60 ;;
+replay)
+    step replay 300 python3 benchmarks/replay_gpu.py --out "$work/replay_h200" --steps 8 --max-model-len 65536
+    step streams 120 python3 benchmarks/check_streams.py --out "$work/streams_h200"
+    step memcheck 150 compute-sanitizer --tool memcheck --report-api-errors no \
+        python3 benchmarks/sanitize_cases.py --quick --json "$work/sanitizer_cases_h200/memcheck.json" ;;
+*) echo "unknown phase $phase ($usage)" >&2; exit 2 ;;
+esac
+cp "$log" "$work/session.log" 2>/dev/null
+tar -C "$work" -czf "$out/records.tar.gz" .
+echo "session done in ${SECONDS}s" | tee -a "$log"
