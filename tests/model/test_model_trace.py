@@ -11,6 +11,7 @@ from model_helpers import TINY, build, warm
 from dsv4kit.errors import KernelInputError, UnwarmedKeyError
 from dsv4kit.jit import KeyLedger
 from dsv4kit.kernels.c4_compress.spec import C4CompressPlainBase, IndexerCompressBase
+from dsv4kit.kernels.c128_compress.spec import C128StoreDsMlaBase
 from dsv4kit.kernels.dequant_gather.spec import DequantGatherBase
 from dsv4kit.kernels.indexer_q import COARSEN_AT
 from dsv4kit.kernels.indexer_q.spec import IndexerQBase
@@ -151,7 +152,7 @@ def test_dispatch_on_stand_ins_equals_dispatch_on_real_tensors() -> None:
                 seen.add((call.site, call.key()))
     assert {site for site, _ in seen} == {"indexer_q", "gather_window", "gather_compressed_c4",
                                           "gather_compressed_c128", "save_main_state", "save_indexer_state",
-                                          "compress_main", "compress_indexer"}
+                                          "compress_main", "compress_indexer", "store_main"}
 
 
 def test_replay_matches_real_launches_under_the_interpreter() -> None:
@@ -205,20 +206,24 @@ def test_cos_sin_warmed_in_the_model_dtype_is_caught() -> None:
 
 
 def test_block_size_mismatch_is_caught_and_reported() -> None:
-    """Trap 4/10 family: warmup with B = 64, runtime B = 256; every K3 key misses, fields named."""
+    """Traps 4 and 10: warmup with B = 64, runtime B = 256; every K3 key misses, and K8a's page
+    geometry (1 entry of 1152 bytes vs 2 of 1728), fields named."""
     warm_stack, registry = build(block_size=64)
     runtime = DSv4AttentionStack("flash", "sm_90a")
     ledger = warm(warm_stack, registry)
     result = replay(runtime, make_trace("prefill", runtime, steps=4), ledger=ledger)
     assert not result.ok and result.misses
-    assert {e.kernel for e in result.misses} == {"DequantGatherTriton"}
+    assert {e.kernel for e in result.misses} == {"DequantGatherTriton", "C128StoreDsMlaTriton"}
     cov = coverage_report(runtime, ledger, result, warm_stack.kernels())
     missed = {m.key: m for m in cov.missed}
-    assert set(missed) == {K3(256, True), K3(64, False), K3(2, False)}
+    k8a = C128StoreDsMlaBase.CompileKey(norm_weight_dtype="bfloat16", kv_cache_block_size=2,
+                                        kv_block_stride=1728)
+    assert set(missed) == {K3(256, True), K3(64, False), K3(2, False), k8a}
     assert missed[K3(256, True)].diff == {"block_size": (64, 256)}
+    assert missed[k8a].diff == {"kv_cache_block_size": (1, 2), "kv_block_stride": (1152, 1728)}
     assert "not a warmup key of this runtime configuration" in cov.dead_reasons()[("DequantGatherTriton",
                                                                                   K3(64, True))]
-    assert "coverage FAILED: 3 missed key(s)" in cov.summary()
+    assert "coverage FAILED: 4 missed key(s)" in cov.summary()
 
 
 def test_warn_mode_counts_without_raising() -> None:
