@@ -2,6 +2,14 @@
 
     dsv4kit warmup   [--preset flash|pro] [--arch sm_90a|sm_100a] [--cache-dtype ...] ...
     dsv4kit coverage [same options] [--trace decode|prefill|mixed|all] [--steps N] [--plot FILE]
+                     [--json FILE|-]
+
+``--json FILE`` writes a machine-readable report (``-``: to stdout, the text report then goes to
+stderr). The coverage report (``"schema": "dsv4kit.coverage/1"``) holds, per kernel, the keys
+warmed / requested / missed / dead as ``{"key_class": ..., "key": {field: value}}`` dicts (the
+CompileKey's ``dataclasses.asdict``), the reason of every dead key, the nearest warmed key and the
+differing fields of every missed one; per model family, its kernels and calls or why this runtime
+never calls it; totals; and ``ok``.
 
 Exit codes: 0 success; 1 a key failed to compile, or the replay missed a key / compiled after
 warmup; 2 bad command line (unknown preset, arch or cache dtype, block size not a power of two,
@@ -11,6 +19,8 @@ trace longer than the max model length, ...).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -146,7 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="misconfiguration drill: warm indexer-Q for these RoPE cache dtypes only (comma "
                             "list of float32, bfloat16; default both, trap 1)")
         w.add_argument("--keys", action="store_true", help="also print one line per key")
-        w.add_argument("--json", metavar="FILE", default=None, help="write the report as JSON to FILE")
+        w.add_argument("--json", metavar="FILE", default=None,
+                       help="write the report as JSON to FILE ('-': to stdout; the text report then goes to "
+                            "stderr)")
         if name == "coverage":
             c = s.add_argument_group("trace and replay")
             c.add_argument("--trace", choices=("decode", "prefill", "mixed", "all"), default="all",
@@ -198,8 +210,8 @@ def _platform(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
 def _output_path(parser: argparse.ArgumentParser, flag: str, value: str | None, suffix: str) -> str | None:
     """``value`` checked before any work (exit 2 if it cannot be written), ``suffix`` added when
     it has none (what matplotlib would do silently)."""
-    if value is None:
-        return None
+    if value is None or value == "-":
+        return value
     path = Path(value)
     if path.is_dir():
         parser.error(f"{flag}: {value} is a directory; expected a file name")
@@ -261,6 +273,12 @@ def _warm(args: argparse.Namespace, stack: Any, registry: Any) -> Any:
     if args.jobs > 1:
         tri = sum(len(r.keys) for r in registry.registrations.values() if r.kernel.backend == "triton")
         print(f"--jobs {args.jobs}: {tri} Triton key(s) compiled in worker processes first")
+    # Start cold, as a fresh serving process does: executors are cached per kernel class, so a
+    # second run in one process (main() called twice) would otherwise find the first run's
+    # executors, and the monitor would not see a misconfigured warmup's misses.
+    stack.clear_compiled()
+    for reg in registry.registrations.values():
+        type(reg.kernel).clear_cache()
     report = warmup(registry, jobs=args.jobs, progress=not args.no_progress)
     print(f"\nwarmup ({stack.platform.arch}, {len(registry.registrations)} kernel(s), {report.num_keys} "
           f"key(s), {report.wall_seconds:.2f} s wall):")
@@ -275,9 +293,110 @@ def _warm(args: argparse.Namespace, stack: Any, registry: Any) -> Any:
     return report
 
 
+#: What the JSON stdout of ``--json -`` is (set by :func:`main` before stdout goes to stderr).
+_JSON_STDOUT: list[Any] = []
+
+
 def _write_json(path: str, obj: Any) -> None:
+    text = json.dumps(obj, indent=2, default=str)
+    if path == "-":
+        out = _JSON_STDOUT[-1] if _JSON_STDOUT else sys.stdout
+        out.write(text + "\n")
+        out.flush()
+        return
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(obj, indent=2, default=str))
+    Path(path).write_text(text)
+
+
+# --------------------------------------------------------------------------- the JSON report
+
+
+def _plain(value: Any) -> Any:
+    """A key field as JSON: dtypes by their short name, tuples as lists, the rest as is."""
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    return str(value).removeprefix("torch.")
+
+
+def key_json(key: Any) -> dict[str, Any]:
+    """``{"key_class": "IndexerQBase.CompileKey", "key": {field: value, ...}}`` of a CompileKey
+    (a backend hook's compile event has no CompileKey: ``{"key_class": None, "key": {"text": ...}}``)."""
+    if not dataclasses.is_dataclass(key) or isinstance(key, type):
+        return {"key_class": None, "key": {"text": str(key)}}
+    return {"key_class": type(key).__qualname__,
+            "key": {k: _plain(v) for k, v in dataclasses.asdict(key).items()}}
+
+
+def coverage_json(stack: Any, registry: Any, cov: Any) -> dict[str, Any]:
+    """The machine-readable part of a coverage report: per kernel, per family, totals, ok."""
+    ledger, result = cov.ledger, cov.result
+    objs = {**stack.kernels(), **{r.kernel.name: r.kernel for r in registry.registrations.values()}}
+    missed = {(m.kernel, m.key): m for m in cov.missed}
+    dead = {(d.kernel, d.key): d.reason for d in cov.dead}
+    kernels: dict[str, Any] = {}
+    for name in ledger.kernels:
+        kernel = objs.get(name)
+        fam = next((f for f in stack.families if kernel is not None and f.owns(kernel)), None)
+        requested = ledger.requested.get(name, {})
+        miss_rows = []
+        for key in ledger.missed().get(name, []):
+            m = missed.get((name, key))
+            near = None if m is None or m.nearest is None else key_json(m.nearest)
+            diff = {} if m is None else {f: {"warmed": _plain(w), "requested": _plain(r)}
+                                         for f, (w, r) in m.diff.items()}
+            miss_rows.append({**key_json(key), "calls": requested[key], "nearest": near, "diff": diff})
+        dead_rows = [{**key_json(key), "reason": dead.get((name, key), "never requested by this trace")}
+                     for key in ledger.dead().get(name, [])]
+        kernels[name] = {
+            "family": fam.name if fam is not None else None,
+            "spec_id": fam.spec_id if fam is not None else None,
+            "backend": getattr(kernel, "backend", None),
+            "target": getattr(kernel, "target", None),
+            "selected": name in stack.kernels(),        # a kernel this runtime calls
+            "warmed": [key_json(k) for k in ledger.warmed.get(name, {})],
+            "requested": [{**key_json(k), "calls": n} for k, n in requested.items()],
+            "missed": miss_rows,
+            "dead": dead_rows,
+            "counts": {"warmed": len(ledger.warmed.get(name, {})), "requested": len(requested),
+                       "missed": len(miss_rows), "dead": len(dead_rows), "calls": sum(requested.values())},
+        }
+    families = []
+    for fam in stack.families:
+        names = list(dict.fromkeys(layer.kernels[fam.name].name for layer in stack.layers
+                                   if fam.name in layer.kernels))
+        sites = {site: n for (f, site), n in result.stats.calls.items() if f == fam.name}
+        unused = None
+        if not names:
+            unused = (fam.model.unused(stack) if fam.model is not None else None) or \
+                "not registered by this runtime configuration"
+        families.append({"family": fam.name, "spec_id": fam.spec_id, "kernels": names,
+                         "layers": sum(fam.name in layer.kernels for layer in stack.layers),
+                         "calls": sum(sites.values()), "sites": sites, "unused": unused})
+    totals = {"kernels": len(kernels), **{c: sum(k["counts"][c] for k in kernels.values())
+                                          for c in ("warmed", "requested", "missed", "dead", "calls")},
+              "compiles_after_warmup": len(result.compile_events)}
+    return {"kernels": kernels, "families": families, "totals": totals}
+
+
+def _events_json(events: list[Any]) -> list[dict[str, Any]]:
+    """The monitor's compile events, one row per distinct (kernel, key, source), with its count."""
+    counts: dict[tuple[str, Any, str], int] = {}
+    for e in events:
+        counts[(e.kernel, e.key, e.source)] = counts.get((e.kernel, e.key, e.source), 0) + 1
+    return [{"kernel": k, **key_json(key), "source": src, "calls": n} for (k, key, src), n in counts.items()]
+
+
+def _settings_json(stack: Any) -> dict[str, Any]:
+    plat = stack.platform
+    return {"preset": stack.preset.name, "device": plat.device, "arch": plat.arch,
+            "cache_dtype": stack.cache_dtype, "kv_cache_dtype": stack.kv_cache_dtype,
+            "indexer_cache_dtype": stack.indexer_cache_dtype, "block_size": stack.block_size,
+            "max_num_batched_tokens": stack.max_num_batched_tokens, "max_num_seqs": stack.max_num_seqs,
+            "max_model_len": stack.max_model_len, "rope_cache_dtype": stack.rope_cache_dtype,
+            "warmup_cos_sin_dtypes": list(stack.warmup_cos_sin_dtypes), "cuda_graphs": stack.cuda_graphs,
+            "backend": stack.backend, "norm_weight_dtype": stack.norm_weight_dtype}
 
 
 # --------------------------------------------------------------------------- commands
@@ -329,12 +448,14 @@ def cmd_coverage(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
         print(f"coverage figure written to {args.plot}")
     if args.json:
         _write_json(args.json, {
-            "config": stack.describe(), "warmup": report.rows(),
+            "schema": "dsv4kit.coverage/1",
+            "config": stack.describe(), "settings": _settings_json(stack), "warmup": report.rows(),
             "trace": {"kind": args.trace, "seed": args.seed, "steps": len(trace),
-                      "phases": dict(result.stats.phases)},
+                      "phases": dict(result.stats.phases), "launch": result.launch},
             "calls": {f"{f}/{s}": n for (f, s), n in result.stats.calls.items()},
+            **coverage_json(stack, registry, cov),
             "missed": [str(m) for m in cov.missed], "dead": [str(d) for d in cov.dead],
-            "compiles_after_warmup": [f"{e.kernel} {e.key} ({e.source})" for e in result.compile_events],
+            "compiles_after_warmup": _events_json(result.compile_events),
             "ok": cov.ok})
     return 0 if cov.ok else 1
 
@@ -343,9 +464,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     sub = parser._subparsers._group_actions[0].choices[args.command]  # type: ignore[union-attr]
-    if args.command == "warmup":
-        return cmd_warmup(args, sub)
-    return cmd_coverage(args, sub)
+    cmd = cmd_warmup if args.command == "warmup" else cmd_coverage
+    if args.json != "-":
+        return cmd(args, sub)
+    # --json -: stdout carries the JSON only; everything else this command prints goes to stderr.
+    _JSON_STDOUT.append(sys.stdout)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            return cmd(args, sub)
+    finally:
+        _JSON_STDOUT.pop()
 
 
 if __name__ == "__main__":

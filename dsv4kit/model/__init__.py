@@ -1,5 +1,6 @@
 """DSv4 at model level: presets, the attention stack that registers every kernel family per
-layer, and serving traces replayed against it (coverage of the warmup keys).
+layer, serving traces replayed against it (coverage of the warmup keys), and the pipeline that
+runs a trace on real tensors and judges the kernels against the references step by step.
 
 ``presets`` is light (no kernel imports); ``stack`` and ``trace`` import the kernel families
 lazily, so ``import dsv4kit.model`` stays cheap.
