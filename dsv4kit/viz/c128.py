@@ -46,7 +46,14 @@ from dsv4kit.kernels.c128_compress.spec import (
     C128StorePlainBase,
 )
 from dsv4kit.testing.compressor_rule import FP32_RULE, bf16_ulp, e4m3_step
-from dsv4kit.viz.compressor import _arrow, _box, _units, check_summary_markdown
+from dsv4kit.viz.compressor import (
+    binned_counts,
+    check_summary_markdown,
+    draw_arrow,
+    draw_box,
+    plot_binned_bars,
+    step_units,
+)
 
 __all__ = [
     "BLOCKS_PER_WINDOW",
@@ -113,10 +120,12 @@ def plot_c128_dataflow(blocks: int = 48) -> Any:
     ax.set_xlim(0, 14.6)
     ax.set_ylim(0, 5.0)
     ax.axis("off")
-    _box(ax, 0.1, 2.0, 1.9, 1.2, "kv_score (fp32 GEMM)\n[T, 1024]\n= [kv 512 | score 512]", "#eceff1")
-    _box(ax, 2.4, 2.0, 1.8, 1.2, "K4 save_partial_states\nevery token:\nscore + ape, store row", "#c8e6c9")
-    _box(ax, 4.6, 2.0, 1.9, 1.2, "state cache (fp32)\n[nsb, sbs = 8, 1024]\nrow [kv | score]", "#fff9c4")
-    _box(
+    draw_box(ax, 0.1, 2.0, 1.9, 1.2, "kv_score (fp32 GEMM)\n[T, 1024]\n= [kv 512 | score 512]", "#eceff1")
+    draw_box(
+        ax, 2.4, 2.0, 1.8, 1.2, "K4 save_partial_states\nevery token:\nscore + ape, store row", "#c8e6c9"
+    )
+    draw_box(ax, 4.6, 2.0, 1.9, 1.2, "state cache (fp32)\n[nsb, sbs = 8, 1024]\nrow [kv | score]", "#fff9c4")
+    draw_box(
         ax,
         6.9,
         2.0,
@@ -125,10 +134,10 @@ def plot_c128_dataflow(blocks: int = 48) -> Any:
         "K7 c128_compress\npool 128 rows\n= 16 state blocks\n(per-column softmax)",
         "#bbdefb",
     )
-    _box(ax, 9.2, 2.0, 1.7, 1.2, "compressed_kv\nfp32 [T, 512]\n(workspace,\nboundary rows)", "#fff9c4")
-    _box(ax, 11.3, 3.3, 1.5, 1.1, "K8a: RMSNorm,\nRoPE, E1\n(fp8_ds_mla)", "#bbdefb")
-    _box(ax, 11.3, 0.8, 1.5, 1.1, "K8b: RMSNorm,\nRoPE, E2 bf16 /\nE3 e4m3", "#bbdefb")
-    _box(
+    draw_box(ax, 9.2, 2.0, 1.7, 1.2, "compressed_kv\nfp32 [T, 512]\n(workspace,\nboundary rows)", "#fff9c4")
+    draw_box(ax, 11.3, 3.3, 1.5, 1.1, "K8a: RMSNorm,\nRoPE, E1\n(fp8_ds_mla)", "#bbdefb")
+    draw_box(ax, 11.3, 0.8, 1.5, 1.1, "K8b: RMSNorm,\nRoPE, E2 bf16 /\nE3 e4m3", "#bbdefb")
+    draw_box(
         ax,
         13.1,
         2.0,
@@ -137,14 +146,14 @@ def plot_c128_dataflow(blocks: int = 48) -> Any:
         "compressed KV\ncache, kv_bs =\nmax(1, B // 128)\n-> K3, sparse attn",
         "#e1bee7",
     )
-    _arrow(ax, (2.0, 2.6), (2.4, 2.6))
-    _arrow(ax, (4.2, 2.6), (4.6, 2.6))
-    _arrow(ax, (6.5, 2.6), (6.9, 2.6))
-    _arrow(ax, (8.8, 2.6), (9.2, 2.6))
-    _arrow(ax, (10.9, 2.9), (11.3, 3.8))
-    _arrow(ax, (10.9, 2.3), (11.3, 1.4))
-    _arrow(ax, (12.8, 3.8), (13.1, 3.0))
-    _arrow(ax, (12.8, 1.4), (13.1, 2.2))
+    draw_arrow(ax, (2.0, 2.6), (2.4, 2.6))
+    draw_arrow(ax, (4.2, 2.6), (4.6, 2.6))
+    draw_arrow(ax, (6.5, 2.6), (6.9, 2.6))
+    draw_arrow(ax, (8.8, 2.6), (9.2, 2.6))
+    draw_arrow(ax, (10.9, 2.9), (11.3, 3.8))
+    draw_arrow(ax, (10.9, 2.3), (11.3, 1.4))
+    draw_arrow(ax, (12.8, 3.8), (13.1, 3.0))
+    draw_arrow(ax, (12.8, 1.4), (13.1, 2.2))
     ax.text(
         12.05,
         2.6,
@@ -561,40 +570,18 @@ FP32_BINS: tuple[tuple[str, float, float], ...] = (
 
 def fp32_histogram_counts(fractions: torch.Tensor | Iterable[torch.Tensor]) -> dict[str, int]:
     """Counts of :func:`k7_fractions` values per :data:`FP32_BINS` bin, plus ``"NaN"``."""
-    u = (
-        fractions
-        if isinstance(fractions, torch.Tensor)
-        else torch.cat([x.flatten() for x in fractions] or [torch.zeros(0, dtype=torch.float64)])
-    )
-    u = u.to(torch.float64).flatten()
-    counts = {label: int(((u > lo) & (u <= hi)).sum()) for label, lo, hi in FP32_BINS}
-    counts["NaN"] = int(torch.isnan(u).sum())
-    return counts
+    return binned_counts(fractions, FP32_BINS)
 
 
 def plot_k7_fractions(fractions_by_label: Mapping[str, torch.Tensor | Iterable[torch.Tensor]]) -> Any:
     """Grouped bars (log count axis): per label (e.g. a score regime), how many elements of K7's rows
     lie 0, (0, 1e-3], ... or > 1 FP32-rule bounds from the reference. Returns the Figure;
     ``fig.counts`` holds :func:`fp32_histogram_counts` per label."""
-    import matplotlib.pyplot as plt
-
     counts = {name: fp32_histogram_counts(u) for name, u in fractions_by_label.items()}
     labels = [b[0] for b in FP32_BINS]
-    fig, ax = plt.subplots(figsize=(11, 3.6))
-    width = 0.8 / max(1, len(counts))
-    for i, (name, c) in enumerate(counts.items()):
-        xs = [k + (i - (len(counts) - 1) / 2) * width for k in range(len(labels))]
-        vals = [c[lab] for lab in labels]
-        bars = ax.bar(xs, [v if v else float("nan") for v in vals], width, label=name)
-        for x, v, bar in zip(xs, vals, bars, strict=True):
-            if v:
-                ax.text(x, v * 1.15, str(v), ha="center", va="bottom", fontsize=6, color=bar.get_facecolor())
-    ax.set_yscale("log")
-    top = max((v for c in counts.values() for v in c.values()), default=1)
-    ax.set_ylim(0.5, max(10, top) * 4)
-    ax.set_xticks(range(len(labels)), labels)
-    ax.set_xlabel("|kernel - reference| in units of the FP32 rule's bound 1e-5 max_j |k_j[d]|")
-    ax.set_ylabel("elements")
+    fig, ax = plot_binned_bars(
+        counts, labels, "|kernel - reference| in units of the FP32 rule's bound 1e-5 max_j |k_j[d]|"
+    )
     total = sum(sum(v for k, v in c.items() if k != "NaN") for c in counts.values())
     zeros = sum(c[labels[0]] for c in counts.values())
     worst = max(
@@ -605,7 +592,6 @@ def plot_k7_fractions(fractions_by_label: Mapping[str, torch.Tensor | Iterable[t
         f"farthest bin {worst}",
         fontsize=10,
     )
-    ax.legend(fontsize=7, ncol=2, loc="upper right")
     fig.counts = counts
     fig.tight_layout()
     return fig
@@ -674,16 +660,16 @@ def store_step_differences(case: Any, got: torch.Tensor, want: torch.Tensor) -> 
         sa = ue8m0_decode(ea.scales).repeat_interleave(64, dim=1)
         sb = ue8m0_decode(eb.scales).repeat_interleave(64, dim=1)
         return {
-            "nope": _units(da[:, :448], db[:, :448], e4m3_step, sa, sb),
-            "rope": _units(da[:, 448:], db[:, 448:], bf16_ulp),
+            "nope": step_units(da[:, :448], db[:, :448], e4m3_step, sa, sb),
+            "rope": step_units(da[:, 448:], db[:, 448:], bf16_ulp),
         }
     scale = a.get("fp8_scale")
     scale = None if scale is None else scale.cpu()
     va, vb = read_plain_rows(got, slots, scale), read_plain_rows(want, slots, scale)
     if scale is None:
-        return {"rows": _units(va, vb, bf16_ulp)}
+        return {"rows": step_units(va, vb, bf16_ulp)}
     s = torch.full_like(va, float(scale[0]))
-    return {"rows": _units(va, vb, e4m3_step, s, s)}
+    return {"rows": step_units(va, vb, e4m3_step, s, s)}
 
 
 # --------------------------------------------------------------------------- recorded GPU runs

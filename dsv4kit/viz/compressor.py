@@ -43,12 +43,16 @@ __all__ = [
     "artifact_table_markdown",
     "bandwidth_markdown",
     "below_target",
+    "binned_counts",
     "check_summary_markdown",
     "d1_scale_byte",
     "deployed_scale_byte",
+    "draw_arrow",
+    "draw_box",
     "format_label",
     "merged_ledger",
     "numerics_table_markdown",
+    "plot_binned_bars",
     "plot_c4_dataflow",
     "plot_scale_floor",
     "plot_step_histogram",
@@ -56,6 +60,7 @@ __all__ = [
     "ptx_facts",
     "step_differences",
     "step_histogram_counts",
+    "step_units",
     "window_layout",
     "window_markdown",
 ]
@@ -72,7 +77,7 @@ _EXCLUDED = "#bdbdbd"
 # --------------------------------------------------------------------------- the data flow
 
 
-def _box(
+def draw_box(
     ax: Any, x: float, y: float, w: float, h: float, text: str, color: str, fontsize: float = 7.5
 ) -> None:
     from matplotlib.patches import FancyBboxPatch
@@ -91,7 +96,7 @@ def _box(
     ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=fontsize)
 
 
-def _arrow(ax: Any, xy0: tuple[float, float], xy1: tuple[float, float], text: str = "") -> None:
+def draw_arrow(ax: Any, xy0: tuple[float, float], xy1: tuple[float, float], text: str = "") -> None:
     ax.annotate("", xy=xy1, xytext=xy0, arrowprops=dict(arrowstyle="-|>", color="#424242", lw=1.0))
     if text:
         ax.text(
@@ -121,7 +126,7 @@ def plot_c4_dataflow(positions: int = 16) -> Any:
     ax.set_xlim(0, 12.6)
     ax.set_ylim(0, 5.2)
     ax.axis("off")
-    _box(
+    draw_box(
         ax,
         0.1,
         2.2,
@@ -130,8 +135,10 @@ def plot_c4_dataflow(positions: int = 16) -> Any:
         "kv_score (fp32 GEMM)\nmain [T, 2048]\nindexer [T, 512]\n= [kv | score]",
         "#eceff1",
     )
-    _box(ax, 2.6, 2.2, 1.9, 1.1, "K4 save_partial_states\nevery token:\nscore + ape, store row", "#c8e6c9")
-    _box(
+    draw_box(
+        ax, 2.6, 2.2, 1.9, 1.1, "K4 save_partial_states\nevery token:\nscore + ape, store row", "#c8e6c9"
+    )
+    draw_box(
         ax,
         5.0,
         2.2,
@@ -140,10 +147,12 @@ def plot_c4_dataflow(positions: int = 16) -> Any:
         "state cache (fp32)\n[nsb, sbs=4, 2*SW]\nmain SW 1024\nindexer SW 256",
         "#fff9c4",
     )
-    _box(ax, 7.6, 4.0, 2.2, 1.0, "K5: pool 8 rows, RMSNorm,\nRoPE, E1 (fp8_ds_mla)", "#bbdefb")
-    _box(ax, 7.6, 2.6, 2.2, 1.0, "K6: same row, E2 (bf16)\nor E3 (e4m3 x fp8_scale)", "#bbdefb")
-    _box(ax, 7.6, 0.6, 2.2, 1.2, "K9 (head 128): pool, RMSNorm,\nRoPE, E4 (FP8)\nor E5 (MXFP4)", "#ffe0b2")
-    _box(
+    draw_box(ax, 7.6, 4.0, 2.2, 1.0, "K5: pool 8 rows, RMSNorm,\nRoPE, E1 (fp8_ds_mla)", "#bbdefb")
+    draw_box(ax, 7.6, 2.6, 2.2, 1.0, "K6: same row, E2 (bf16)\nor E3 (e4m3 x fp8_scale)", "#bbdefb")
+    draw_box(
+        ax, 7.6, 0.6, 2.2, 1.2, "K9 (head 128): pool, RMSNorm,\nRoPE, E4 (FP8)\nor E5 (MXFP4)", "#ffe0b2"
+    )
+    draw_box(
         ax,
         10.3,
         3.3,
@@ -152,7 +161,7 @@ def plot_c4_dataflow(positions: int = 16) -> Any:
         "compressed KV cache\n(fp8_ds_mla: 584 B/entry,\nor plain rows)\n-> K3 gather, sparse attn",
         "#e1bee7",
     )
-    _box(
+    draw_box(
         ax,
         10.3,
         0.6,
@@ -161,14 +170,14 @@ def plot_c4_dataflow(positions: int = 16) -> Any:
         "indexer K cache\n(FP8 or MXFP4)\n-> logits / top-k\n(with K1 / K2 query)",
         "#e1bee7",
     )
-    _arrow(ax, (2.1, 2.75), (2.6, 2.75))
-    _arrow(ax, (4.5, 2.75), (5.0, 2.75))
-    _arrow(ax, (7.0, 3.1), (7.6, 4.4), "main")
-    _arrow(ax, (7.0, 2.8), (7.6, 3.1))
-    _arrow(ax, (7.0, 2.4), (7.6, 1.2), "indexer")
-    _arrow(ax, (9.8, 4.5), (10.3, 4.1))
-    _arrow(ax, (9.8, 3.1), (10.3, 3.6))
-    _arrow(ax, (9.8, 1.2), (10.3, 1.2))
+    draw_arrow(ax, (2.1, 2.75), (2.6, 2.75))
+    draw_arrow(ax, (4.5, 2.75), (5.0, 2.75))
+    draw_arrow(ax, (7.0, 3.1), (7.6, 4.4), "main")
+    draw_arrow(ax, (7.0, 2.8), (7.6, 3.1))
+    draw_arrow(ax, (7.0, 2.4), (7.6, 1.2), "indexer")
+    draw_arrow(ax, (9.8, 4.5), (10.3, 4.1))
+    draw_arrow(ax, (9.8, 3.1), (10.3, 3.6))
+    draw_arrow(ax, (9.8, 1.2), (10.3, 1.2))
     ax.text(8.7, 3.75, "one of K5 / K6 (the KV cache dtype)", ha="center", fontsize=6.5, style="italic")
     ax.text(8.7, 0.3, "boundary tokens only: (p + 1) % 4 == 0", ha="center", fontsize=7, color="#c62828")
     ax.set_title("C4 layer: where the compressors sit (spec §1 data flow)")
@@ -390,7 +399,7 @@ def _written(case: Any) -> tuple[torch.Tensor, torch.Tensor]:
     return idx, a["kv_slot_mapping"][idx]
 
 
-def _units(
+def step_units(
     a: torch.Tensor,
     b: torch.Tensor,
     step: Any,
@@ -423,16 +432,16 @@ def step_differences(case: Any, got: torch.Tensor, want: torch.Tensor) -> dict[s
         sa = ue8m0_decode(ea.scales).repeat_interleave(64, dim=1)
         sb = ue8m0_decode(eb.scales).repeat_interleave(64, dim=1)
         return {
-            "nope": _units(da[:, :448], db[:, :448], e4m3_step, sa, sb),
-            "rope": _units(da[:, 448:], db[:, 448:], bf16_ulp),
+            "nope": step_units(da[:, :448], db[:, :448], e4m3_step, sa, sb),
+            "rope": step_units(da[:, 448:], db[:, 448:], bf16_ulp),
         }
     if case.op == "c4_compress_plain":
         scale = case.args["fp8_scale"]
         va, vb = read_plain_rows(got, slots, scale), read_plain_rows(want, slots, scale)
         if scale is None:
-            return {"rows": _units(va, vb, bf16_ulp)}
+            return {"rows": step_units(va, vb, bf16_ulp)}
         s = torch.full_like(va, float(scale[0]))
-        return {"rows": _units(va, vb, e4m3_step, s, s)}
+        return {"rows": step_units(va, vb, e4m3_step, s, s)}
     fp4 = bool(case.args["use_fp4_cache"])
     (xa, ba), (xb, bb) = read_indexer_entries(got, slots, fp4), read_indexer_entries(want, slots, fp4)
     n = slots.numel()
@@ -440,10 +449,10 @@ def step_differences(case: Any, got: torch.Tensor, want: torch.Tensor) -> dict[s
         va, vb = q4_dequantize(unpack_nibbles(xa), ba), q4_dequantize(unpack_nibbles(xb), bb)
         sa = ue8m0_decode(ba).repeat_interleave(32, dim=1)
         sb = ue8m0_decode(bb).repeat_interleave(32, dim=1)
-        return {"mxfp4": _units(va, vb, e2m1_step, sa, sb)}
+        return {"mxfp4": step_units(va, vb, e2m1_step, sa, sb)}
     fa, fb = bytes_to_f32(ba).reshape(n, 1), bytes_to_f32(bb).reshape(n, 1)
     va, vb = e4m3_decode(xa) * fa, e4m3_decode(xb) * fb
-    return {"fp8": _units(va, vb, e4m3_step, fa.expand(n, 128), fb.expand(n, 128))}
+    return {"fp8": step_units(va, vb, e4m3_step, fa.expand(n, 128), fb.expand(n, 128))}
 
 
 #: Histogram bins of :func:`step_histogram_counts`: (label, low exclusive, high inclusive); the
@@ -457,28 +466,26 @@ STEP_BINS: tuple[tuple[str, float, float], ...] = (
 )
 
 
-def step_histogram_counts(units: torch.Tensor | Iterable[torch.Tensor]) -> dict[str, int]:
-    """Counts of ``units`` (distances in steps, see :func:`step_differences`) per :data:`STEP_BINS`
-    bin, plus ``"NaN"`` (always reported, a NaN never passes the rule)."""
+def binned_counts(
+    values: torch.Tensor | Iterable[torch.Tensor], bins: Sequence[tuple[str, float, float]]
+) -> dict[str, int]:
+    """Counts of ``values`` per ``(label, lo, hi]`` bin, plus ``"NaN"`` (always reported)."""
     u = (
-        units
-        if isinstance(units, torch.Tensor)
-        else torch.cat([x.flatten() for x in units] or [torch.zeros(0, dtype=torch.float64)])
+        values
+        if isinstance(values, torch.Tensor)
+        else torch.cat([x.flatten() for x in values] or [torch.zeros(0, dtype=torch.float64)])
     )
     u = u.to(torch.float64).flatten()
-    counts = {label: int(((u > lo) & (u <= hi)).sum()) for label, lo, hi in STEP_BINS}
+    counts = {label: int(((u > lo) & (u <= hi)).sum()) for label, lo, hi in bins}
     counts["NaN"] = int(torch.isnan(u).sum())
     return counts
 
 
-def plot_step_histogram(units_by_output: Mapping[str, torch.Tensor | Iterable[torch.Tensor]]) -> Any:
-    """Grouped bars (log count axis): for each output (e.g. ``"K5 nope"``), how many elements lie
-    0, (0, 1/2], (1/2, 1], (1, 2] or > 2 steps from the reference. Returns the Figure;
-    ``fig.counts`` holds :func:`step_histogram_counts` per output."""
+def plot_binned_bars(counts: Mapping[str, Mapping[str, int]], labels: Sequence[str], xlabel: str) -> Any:
+    """Grouped bars on a log count axis, one group per bin label, one bar per series of ``counts``
+    (bar heights annotated; empty bins drawn as gaps). Returns ``(fig, ax)``."""
     import matplotlib.pyplot as plt
 
-    counts = {name: step_histogram_counts(u) for name, u in units_by_output.items()}
-    labels = [b[0] for b in STEP_BINS]
     fig, ax = plt.subplots(figsize=(11, 3.6))
     width = 0.8 / max(1, len(counts))
     for i, (name, c) in enumerate(counts.items()):
@@ -492,14 +499,32 @@ def plot_step_histogram(units_by_output: Mapping[str, torch.Tensor | Iterable[to
     top = max((v for c in counts.values() for v in c.values()), default=1)
     ax.set_ylim(0.5, max(10, top) * 4)
     ax.set_xticks(range(len(labels)), labels)
-    ax.set_xlabel("|kernel - reference| in units of the step (grid spacing of the stored format)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("elements")
+    ax.legend(fontsize=7, ncol=2, loc="upper right")
+    return fig, ax
+
+
+def step_histogram_counts(units: torch.Tensor | Iterable[torch.Tensor]) -> dict[str, int]:
+    """Counts of ``units`` (distances in steps, see :func:`step_differences`) per :data:`STEP_BINS`
+    bin, plus ``"NaN"`` (always reported, a NaN never passes the rule)."""
+    return binned_counts(units, STEP_BINS)
+
+
+def plot_step_histogram(units_by_output: Mapping[str, torch.Tensor | Iterable[torch.Tensor]]) -> Any:
+    """Grouped bars (log count axis): for each output (e.g. ``"K5 nope"``), how many elements lie
+    0, (0, 1/2], (1/2, 1], (1, 2] or > 2 steps from the reference. Returns the Figure;
+    ``fig.counts`` holds :func:`step_histogram_counts` per output."""
+    counts = {name: step_histogram_counts(u) for name, u in units_by_output.items()}
+    labels = [b[0] for b in STEP_BINS]
+    fig, ax = plot_binned_bars(
+        counts, labels, "|kernel - reference| in units of the step (grid spacing of the stored format)"
+    )
     total = sum(sum(v for k, v in c.items() if k != "NaN") for c in counts.values())
     zeros = sum(c[labels[0]] for c in counts.values())
     ax.set_title(
         f"{zeros}/{total} elements bit-identical ({(zeros / total if total else 1):.4%})", fontsize=10
     )
-    ax.legend(fontsize=7, ncol=2, loc="upper right")
     fig.counts = counts
     fig.tight_layout()
     return fig
