@@ -321,7 +321,7 @@ def _plain(value: Any) -> Any:
 
 
 def key_json(key: Any) -> dict[str, Any]:
-    """``{"key_class": "IndexerQBase.CompileKey", "key": {field: value, ...}}`` of a CompileKey
+    """``{"key_class": "<ContractClass>.CompileKey", "key": {field: value, ...}}`` of a CompileKey
     (a backend hook's compile event has no CompileKey: ``{"key_class": None, "key": {"text": ...}}``)."""
     if not dataclasses.is_dataclass(key) or isinstance(key, type):
         return {"key_class": None, "key": {"text": str(key)}}

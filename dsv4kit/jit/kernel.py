@@ -175,9 +175,11 @@ class JitKernel(Generic[K]):
 
     @classmethod
     def clear_cache(cls) -> None:
-        """Forget every compiled executor and artifact of this kernel class (all targets)."""
+        """Forget every compiled executor and artifact of this kernel class (all targets), and that
+        some of them were compiled at runtime (a later warmup of those keys warms them)."""
         cls._executors.clear()
         cls._artifacts.clear()
+        monitor.forget_runtime_compiles(cls.__name__)
 
     def _get_or_compile(self, key: K) -> Callable[..., Any]:
         """The executor for ``key``; a miss is reported to the monitor, then compiled."""

@@ -27,6 +27,7 @@ __all__ = [
     "JitMonitor",
     "active_monitor",
     "key_diff",
+    "forget_runtime_compiles",
     "nearest_key",
     "register_monitor_hook",
 ]
@@ -42,6 +43,13 @@ _ACTIVE: list[JitMonitor] = []
 _UNINSTALLERS: list[Callable[[], None]] = []
 # (kernel, key) pairs compiled while a monitor was armed: never offered as "nearest warmed".
 _RUNTIME_COMPILED: set[tuple[str, Any]] = set()
+
+
+def forget_runtime_compiles(kernel: str) -> None:
+    """Forget which keys of ``kernel`` were compiled at runtime (its executors were cleared: a
+    later warmup of those keys makes them warmed keys again)."""
+    for entry in [e for e in _RUNTIME_COMPILED if e[0] == kernel]:
+        _RUNTIME_COMPILED.discard(entry)
 
 
 def register_monitor_hook(install: Callable[[JitMonitor], Callable[[], None]]) -> None:

@@ -171,6 +171,18 @@ def test_warn_monitor_logs_once_per_key_and_compiles(caplog):
     assert len([r for r in caplog.records if "unwarmed key" in r.message]) == 2
 
 
+def test_a_key_compiled_at_runtime_is_warmed_again_after_clear_cache():
+    """A key compiled under a ``warn`` monitor is never offered as "nearest warmed"; once the class's
+    executors are cleared and a warmup compiles it, it is a warmed key again (no leak between runs)."""
+    with JitMonitor("warn"):
+        Scale()(torch.ones(2, 64))                                    # compiled at runtime
+    Scale.clear_cache()
+    Scale().warmup({"widths": [64]})
+    with JitMonitor("error"), pytest.raises(UnwarmedKeyError) as exc:
+        Scale()(torch.ones(2, 96))
+    assert exc.value.nearest == Scale.CompileKey(64, "float32", 1)
+
+
 def test_off_monitor_and_disarm():
     mon = JitMonitor("off").arm()
     Scale()(torch.ones(2, 8))
