@@ -7,6 +7,7 @@ STAMP  := $(VENV)/.dsv4kit-installed
 # The CPU build of torch lies on local disk for this version; an unpinned torch pulls CUDA.
 TORCH  ?= torch==2.13.0
 ARCH   ?= sm_90a
+JOBS   ?= 2
 
 .PHONY: run test lint lab clean
 
@@ -21,10 +22,12 @@ run: $(STAMP)
 	$(VENV)/bin/dsv4kit warmup --preset flash --arch $(ARCH)
 	$(VENV)/bin/dsv4kit coverage --preset flash --arch $(ARCH) --trace all
 
+# Tests and notebooks run in parallel worker processes (pytest-xdist; CI has 2 cores): each
+# worker is its own process, so kernel caches, monitors and registries never mix.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q tests
-	$(PY) -m pytest -q --nbmake --nbmake-timeout=300 notebooks
+	$(PY) -m pytest -q -n $(JOBS) tests
+	$(PY) -m pytest -q -n $(JOBS) --nbmake --nbmake-timeout=300 notebooks
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
