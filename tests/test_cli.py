@@ -115,11 +115,16 @@ def test_launch_needs_a_gpu(capsys) -> None:
     assert rc == 2 and "--launch: needs a CUDA device" in err
 
 
-def test_jobs_prefetch_in_worker_processes(capsys, tmp_path, monkeypatch) -> None:
-    """--jobs 2 compiles the Triton keys in two processes into the on-disk cache, then loads them."""
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    rc, out, _ = run_main(capsys, "warmup", "--no-progress", "--jobs", "2", "--arch", "sm_100a")
-    assert rc == 0 and "--jobs 2: 14 Triton key(s) compiled in worker processes first" in out
+def test_jobs_prefetch_in_worker_processes(tmp_path) -> None:
+    """--jobs 2 compiles the Triton keys in two processes into the on-disk cache, then loads them.
+
+    Run as a user would, in a fresh process: the in-process load must find every entry the
+    workers wrote (a test process that earlier tests changed could miss some and recompile)."""
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    proc = subprocess.run([sys.executable, "-m", "dsv4kit", "warmup", "--no-progress", "--jobs", "2",
+                           "--arch", "sm_100a"], capture_output=True, text=True, env=env, timeout=600)
+    rc, out = proc.returncode, proc.stdout
+    assert rc == 0 and "--jobs 2: 14 Triton key(s) compiled in worker processes first" in out, proc.stderr
     assert len(list((tmp_path / "triton").iterdir())) == 14    # one cache entry per key, from the workers
     assert "0 failure(s)" in out
 
