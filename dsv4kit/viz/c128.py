@@ -29,9 +29,6 @@ from typing import Any
 
 import torch
 
-from dsv4kit.formats.bits import ue8m0_decode
-from dsv4kit.formats.ds_mla import decode_ds_entries, read_ds_entries
-from dsv4kit.formats.plain_row import read_plain_rows
 from dsv4kit.kernels.c128_compress.reference import (
     RATIO,
     STATE_BLOCK_SIZE,
@@ -45,14 +42,14 @@ from dsv4kit.kernels.c128_compress.spec import (
     C128StoreDsMlaBase,
     C128StorePlainBase,
 )
-from dsv4kit.testing.compressor_rule import FP32_RULE, bf16_ulp, e4m3_step
+from dsv4kit.testing.compressor_rule import FP32_RULE
 from dsv4kit.viz.compressor import (
     binned_counts,
     check_summary_markdown,
     draw_arrow,
     draw_box,
+    entry_step_units,
     plot_binned_bars,
-    step_units,
 )
 
 __all__ = [
@@ -638,10 +635,7 @@ def store_step_differences(case: Any, got: torch.Tensor, want: torch.Tensor) -> 
     """Per written element of a K8a / K8b case, ``|kernel - reference|`` of the decoded values in
     units of the compressor rule's step (§2.12): ``nope`` / ``rope`` (K8a), ``rows`` (K8b); float64.
     Same units as :func:`~dsv4kit.viz.compressor.step_differences` (0: bit-identical, 1: one step)."""
-    from dsv4kit.testing.cache_judge import cpu_copy
-
     a = case.args
-    got, want = cpu_copy(got), cpu_copy(want)
     idx = check_c128_store_values(
         case.op,
         a["positions"],
@@ -651,25 +645,8 @@ def store_step_differences(case: Any, got: torch.Tensor, want: torch.Tensor) -> 
         got,
         a.get("fp8_scale"),
     )
-    if idx.numel() == 0:
-        return {}
-    slots = a["kv_slot_mapping"][idx].cpu()
-    if case.op == "c128_norm_rope_store_ds_mla":
-        (ea, _), (eb, _) = read_ds_entries(got, slots), read_ds_entries(want, slots)
-        da, db = decode_ds_entries(ea), decode_ds_entries(eb)
-        sa = ue8m0_decode(ea.scales).repeat_interleave(64, dim=1)
-        sb = ue8m0_decode(eb.scales).repeat_interleave(64, dim=1)
-        return {
-            "nope": step_units(da[:, :448], db[:, :448], e4m3_step, sa, sb),
-            "rope": step_units(da[:, 448:], db[:, 448:], bf16_ulp),
-        }
-    scale = a.get("fp8_scale")
-    scale = None if scale is None else scale.cpu()
-    va, vb = read_plain_rows(got, slots, scale), read_plain_rows(want, slots, scale)
-    if scale is None:
-        return {"rows": step_units(va, vb, bf16_ulp)}
-    s = torch.full_like(va, float(scale[0]))
-    return {"rows": step_units(va, vb, e4m3_step, s, s)}
+    kind = "ds" if case.op == "c128_norm_rope_store_ds_mla" else "plain"
+    return entry_step_units(kind, got, want, a["kv_slot_mapping"][idx], fp8_scale=a.get("fp8_scale"))
 
 
 # --------------------------------------------------------------------------- recorded GPU runs

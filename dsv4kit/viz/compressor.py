@@ -49,6 +49,7 @@ __all__ = [
     "deployed_scale_byte",
     "draw_arrow",
     "draw_box",
+    "entry_step_units",
     "format_label",
     "merged_ledger",
     "numerics_table_markdown",
@@ -422,11 +423,36 @@ def step_differences(case: Any, got: torch.Tensor, want: torch.Tensor) -> dict[s
     bit-identical values (+0 and -0 equal); 1 is one grid step. The fp32 allowance of the rule is
     not subtracted: these are raw distances.
     """
-    got, want = got.cpu(), want.cpu()
     _, slots = _written(case)
+    kind = {"c4_compress_ds_mla": "ds", "c4_compress_plain": "plain"}.get(case.op, "indexer")
+    return entry_step_units(
+        kind,
+        got,
+        want,
+        slots,
+        fp8_scale=case.args.get("fp8_scale"),
+        use_fp4=bool(case.args.get("use_fp4_cache", False)),
+    )
+
+
+def entry_step_units(
+    kind: str,
+    got: torch.Tensor,
+    want: torch.Tensor,
+    slots: torch.Tensor,
+    *,
+    fp8_scale: torch.Tensor | None = None,
+    use_fp4: bool = False,
+) -> dict[str, torch.Tensor]:
+    """The step distances of :func:`step_differences` for the entries at ``slots`` of two caches of
+    ``kind`` (``ds``, ``plain``, ``indexer``; see :mod:`dsv4kit.testing.cache_judge`), on any device
+    (strided GPU caches are copied with their layout)."""
+    from dsv4kit.testing.cache_judge import cpu_copy
+
+    got, want, slots = cpu_copy(got), cpu_copy(want), slots.cpu()
     if slots.numel() == 0:
         return {}
-    if case.op == "c4_compress_ds_mla":
+    if kind == "ds":
         (ea, _), (eb, _) = read_ds_entries(got, slots), read_ds_entries(want, slots)
         da, db = decode_ds_entries(ea), decode_ds_entries(eb)
         sa = ue8m0_decode(ea.scales).repeat_interleave(64, dim=1)
@@ -435,17 +461,16 @@ def step_differences(case: Any, got: torch.Tensor, want: torch.Tensor) -> dict[s
             "nope": step_units(da[:, :448], db[:, :448], e4m3_step, sa, sb),
             "rope": step_units(da[:, 448:], db[:, 448:], bf16_ulp),
         }
-    if case.op == "c4_compress_plain":
-        scale = case.args["fp8_scale"]
+    if kind == "plain":
+        scale = None if fp8_scale is None else fp8_scale.cpu()
         va, vb = read_plain_rows(got, slots, scale), read_plain_rows(want, slots, scale)
         if scale is None:
             return {"rows": step_units(va, vb, bf16_ulp)}
         s = torch.full_like(va, float(scale[0]))
         return {"rows": step_units(va, vb, e4m3_step, s, s)}
-    fp4 = bool(case.args["use_fp4_cache"])
-    (xa, ba), (xb, bb) = read_indexer_entries(got, slots, fp4), read_indexer_entries(want, slots, fp4)
+    (xa, ba), (xb, bb) = read_indexer_entries(got, slots, use_fp4), read_indexer_entries(want, slots, use_fp4)
     n = slots.numel()
-    if fp4:
+    if use_fp4:
         va, vb = q4_dequantize(unpack_nibbles(xa), ba), q4_dequantize(unpack_nibbles(xb), bb)
         sa = ue8m0_decode(ba).repeat_interleave(32, dim=1)
         sb = ue8m0_decode(bb).repeat_interleave(32, dim=1)
