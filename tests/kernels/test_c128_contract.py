@@ -185,3 +185,59 @@ def _k4_reference():
     from dsv4kit.kernels.save_partial_states import SPEC
 
     return SPEC.variants["default"].reference
+
+
+# --------------------------------------------------------------------------- the spec's bad inputs
+
+
+def _k7_args() -> dict:
+    return make_k7_case(lens=(3,), starts=(126,), seed=3).fresh().args
+
+
+def _k8_args(op: str, **kw) -> dict:
+    return make_k8_case(op, t=5, boundaries=2, seed=3, **kw).fresh().args
+
+
+BAD = [
+    # K7 (spec K7, "Edge cases & bad inputs")
+    (K7, lambda: {**_k7_args(), "state_cache": allocate_state_cache(40, 8, 256)}, "state_cache",
+     r"shape\[2\] == 1024"),
+    (K7, lambda: {**_k7_args(), "state_cache": allocate_state_cache(40, 8, 512).double()}, "state_cache",
+     "dtype float32"),
+    (K7, lambda: {**_k7_args(), "out": torch.zeros(2, 512)}, "out", r"shape \[>= 3, 512\]"),
+    (K7, lambda: {**_k7_args(), "out": torch.zeros(3, 1024)[:, :512]}, "out", r"strides \(512, 1\)"),
+    (K7, lambda: {**_k7_args(), "out": torch.zeros(3, 512, dtype=torch.bfloat16)}, "out", "dtype float32"),
+    (K7, lambda: {**_k7_args(), "positions": torch.zeros(3, dtype=torch.int32)}, "positions", "int64"),
+    (K7, lambda: {**_k7_args(), "token_to_req": torch.zeros(2, dtype=torch.int32)}, "token_to_req", ""),
+    # K8a / K8b (spec K8: as K5/K6 for the shared arguments, plus compressed_kv)
+    (K8A, lambda: {**_k8_args(K8A), "compressed_kv": torch.zeros(5, 1024)[:, :512]}, "compressed_kv",
+     r"strides \(512, 1\)"),
+    (K8A, lambda: {**_k8_args(K8A), "compressed_kv": torch.zeros(4, 512)}, "compressed_kv",
+     r"shape \[5, 512\]"),
+    (K8A, lambda: {**_k8_args(K8A), "compressed_kv": torch.zeros(5, 512, dtype=torch.bfloat16)},
+     "compressed_kv", "dtype float32"),
+    (K8A, lambda: {**_k8_args(K8A), "cos_sin_cache": torch.zeros(4096, 64, dtype=torch.bfloat16)},
+     "cos_sin_cache", "dtype float32"),
+    (K8A, lambda: {**_k8_args(K8A), "rms_norm_weight": torch.ones(448)}, "rms_norm_weight",
+     r"shape \(512,\)"),
+    (K8A, lambda: {**_k8_args(K8A), "rms_norm_eps": 0.0}, "rms_norm_eps", ""),
+    (K8A, lambda: {**_k8_args(K8A), "k_cache": torch.zeros(4 * 1200, dtype=torch.uint8)
+                   .as_strided((4, 2, 584), (1200, 584, 1))}, "k_cache", "576"),    # page stride % 576
+    (K8B, lambda: {**_k8_args(K8B), "kv_cache": torch.zeros(4, 2, 512, dtype=torch.float8_e5m2)},
+     "kv_cache", "dtype"),
+    (K8B, lambda: {**_k8_args(K8B, fp8_scale=0.5), "fp8_scale": None}, "fp8_scale", "e4m3"),
+    (K8B, lambda: {**_k8_args(K8B), "fp8_scale": torch.ones(1)}, "fp8_scale", ""),
+    (K8B, lambda: {**_k8_args(K8B, fp8_scale=0.5), "fp8_scale": torch.ones(2)}, "fp8_scale", "shape"),
+]
+
+
+@pytest.mark.parametrize(("op", "make", "arg", "match"), BAD, ids=[f"{o}-{a}-{i}" for i, (o, _, a, _) in
+                                                                   enumerate(BAD)])
+def test_the_spec_bad_inputs_raise_before_launch(op: str, make, arg: str, match: str) -> None:
+    args = make()
+    out = args.get("out", args.get("k_cache", args.get("kv_cache")))
+    before = out.clone() if isinstance(out, torch.Tensor) else None
+    with pytest.raises(KernelInputError, match=rf"{arg}: expected.*{match}"):
+        SPECS[op].op(**args)
+    if before is not None:
+        assert torch.equal(out.view(torch.uint8), before.view(torch.uint8))   # nothing was written
