@@ -23,11 +23,14 @@ run: $(STAMP)
 	$(VENV)/bin/dsv4kit coverage --preset flash --arch $(ARCH) --trace all
 
 # Tests and notebooks run in parallel worker processes (pytest-xdist; CI has 2 cores): each
-# worker is its own process, so kernel caches, monitors and registries never mix.
+# worker is its own process, so kernel caches, monitors and registries never mix. One torch
+# thread per worker: JOBS workers already fill the cores, and a machine whose CPU count is
+# larger than its CPU quota would otherwise oversubscribe every worker.
+TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -n $(JOBS) tests
-	$(PY) -m pytest -q -n $(JOBS) --nbmake --nbmake-timeout=300 notebooks
+	$(TEST_ENV) $(PY) -m pytest -q -n $(JOBS) tests
+	$(TEST_ENV) $(PY) -m pytest -q -n $(JOBS) --nbmake --nbmake-timeout=300 notebooks
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
