@@ -15,10 +15,9 @@ import dataclasses
 
 import pytest
 import torch
-from model_helpers import build, warm
 
 from dsv4kit.errors import KernelInputError, UnwarmedKeyError
-from dsv4kit.jit import JitMonitor, Like, WarmupRegistry
+from dsv4kit.jit import JitMonitor, Like
 from dsv4kit.kernels import c4_compress, c128_compress, dequant_gather
 from dsv4kit.kernels.c4_compress.cases import make_case as make_c4_case
 from dsv4kit.kernels.c4_compress.spec import C4CompressConfig, IndexerCompressBase
@@ -28,12 +27,21 @@ from dsv4kit.kernels.dequant_gather.cases import make_case as make_k3_case
 from dsv4kit.kernels.dequant_gather.spec import DequantGatherBase
 from dsv4kit.kernels.indexer_q.spec import IndexerQBase
 from dsv4kit.kernels.save_partial_states.spec import SavePartialStatesBase
+from dsv4kit.model.drills import (
+    CPU,
+    build,
+    by_kernel,
+    drill,
+    field_phrase,
+    first_miss,
+    runtime,
+    warm,
+    without,
+)
 from dsv4kit.model.presets import DSV4_FLASH
 from dsv4kit.model.stack import FAMILIES, DSv4AttentionStack, gpu_platform
 from dsv4kit.model.trace import coverage_report, make_trace, replay
-from dsv4kit.platform import cpu_platform
 
-CPU = cpu_platform("sm_90a")
 IQ = IndexerQBase.CompileKey
 K3 = DequantGatherBase.CompileKey
 K4 = SavePartialStatesBase.CompileKey
@@ -41,57 +49,13 @@ K9 = IndexerCompressBase.CompileKey
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def runtime(**settings) -> DSv4AttentionStack:
-    """The stack a serving process runs (built under no registry: its registrations go nowhere)."""
-    return DSv4AttentionStack(DSV4_FLASH, CPU, **settings)
-
-
-def warmed(rt: DSv4AttentionStack, registry: WarmupRegistry, warm_stack: DSv4AttentionStack):
-    """Forget every executor of ``rt``'s kernels, then compile ``registry`` only: the ledger."""
-    rt.clear_compiled()
-    return warm(warm_stack, registry)
-
-
-def drill(rt, registry, warm_stack, kind="prefill", steps=2):
-    """Warm ``registry`` and replay a ``kind`` trace on ``rt`` in ``error`` mode (every miss kept)."""
-    ledger = warmed(rt, registry, warm_stack)
-    return replay(rt, make_trace(kind, rt, steps=steps, seed=1), ledger=ledger, mode="error"), ledger
-
-
-def first_miss(rt, registry, warm_stack, kind="prefill", steps=2) -> UnwarmedKeyError:
-    """Warm ``registry``, replay on ``rt`` and return the monitor's first error (the replay stops)."""
-    ledger = warmed(rt, registry, warm_stack)
-    with pytest.raises(UnwarmedKeyError) as info:
-        replay(rt, make_trace(kind, rt, steps=steps, seed=1), ledger=ledger, mode="error", stop_on_miss=True)
-    err = info.value
-    assert err.key not in rt.kernels()[err.kernel].compiled_keys()      # stopped before compiling
-    return err
+# The drill builders live in dsv4kit.model.drills (notebook 05 runs the same drills as cells).
 
 
 def names_field(err: UnwarmedKeyError, field: str, warmed_value, requested) -> None:
     """The error's diff and its message name ``field`` with both values."""
     assert err.diff[field] == (warmed_value, requested)
-    short = str(warmed_value).removeprefix("torch."), str(requested).removeprefix("torch.")
-    assert f"{field}: warmed {short[0]}, requested {short[1]}" in str(err)
-
-
-def by_kernel(misses) -> dict[str, set]:
-    out: dict[str, set] = {}
-    for e in misses:
-        out.setdefault(e.kernel, set()).add(e.key)
-    return out
-
-
-def without(registry: WarmupRegistry, drop) -> WarmupRegistry:
-    """A copy of ``registry`` without the (kernel name, key) pairs ``drop`` selects."""
-    out = WarmupRegistry()
-    for name, reg in registry.registrations.items():
-        keys = [k for k in reg.keys if not drop(name, k)]
-        if keys:
-            out.register(reg.kernel, keys)
-    return out
+    assert field_phrase(field, warmed_value, requested) in str(err)
 
 
 # --------------------------------------------------------------------------- the ten traps
