@@ -543,7 +543,8 @@ def _time(fn: Callable[[], Any], graph: bool, rep_ms: int) -> tuple[float, str, 
 def run_sweep(plans: Sequence[SweepPlan], *, backends: Sequence[str] = ("triton", "cutedsl"),
               sizes: Sequence[int] | None = None, reference: bool = True, compile_reference: bool = True,
               rep_ms: int = 100, compile_budget_s: float = 120.0, copy_bytes: int = 2 << 30,
-              reference_max_bytes: int = 1 << 30, log: Callable[[str], None] = print) -> BenchResult:
+              reference_max_bytes: int = 1 << 30, platform: Any = None,
+              log: Callable[[str], None] = print) -> BenchResult:
     """Time every point of ``plans`` on the current GPU (see the module docstring).
 
     The copy ceiling (:func:`copy_bandwidth_gbs`) and an empty kernel are measured first, in the
@@ -552,7 +553,7 @@ def run_sweep(plans: Sequence[SweepPlan], *, backends: Sequence[str] = ("triton"
     the eager reference and (``compile_reference``, while ``compile_budget_s`` lasts) its
     ``torch.compile``, at points of at most ``reference_max_bytes``. A backend that cannot run
     here is logged and skipped; a point that raises becomes a row with ``error`` set, and the
-    sweep goes on.
+    sweep goes on. ``platform``: the kit's platform (default: this process's).
     """
     from dsv4kit.bench_schema import (
         KERNEL,
@@ -568,7 +569,7 @@ def run_sweep(plans: Sequence[SweepPlan], *, backends: Sequence[str] = ("triton"
 
     if not torch.cuda.is_available():
         raise RuntimeError("run_sweep needs a CUDA device")
-    platform = current_platform()
+    platform = platform if platform is not None else current_platform()
     hashes = {p.hash_family: kernel_source_hash(p.hash_family) for p in plans}
     prov = provenance({"kernel_source_hash": hashes, "family": list(hashes), "arch": platform.arch,
                        "script": "dsv4kit bench", "rep_ms": rep_ms,
@@ -631,7 +632,7 @@ def run_sweep(plans: Sequence[SweepPlan], *, backends: Sequence[str] = ("triton"
                     frac = f"{100 * row.fraction_of_copy:5.1f}%" if row.fraction_of_copy else "    -"
                     log(f"{pt.kernel:28s} {pt.config:34s} {size:>8d} {backend:8s} {what:30s} {us:10.1f} us "
                         f"{frac}" + (f"  {err}" if err else ""))
-                    if what == KERNEL and size in _DECODE and not err:
+                    if what == KERNEL and size in plan.decode_sizes and not err:
                         res.decode.append(DecodeRow(plan.name, pt.kernel, backend, size, us, empty,
                                                     us - empty, pt.config))
                 del args, fns
