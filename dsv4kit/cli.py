@@ -3,6 +3,11 @@
     dsv4kit warmup   [--preset flash|pro] [--arch sm_90a|sm_100a] [--cache-dtype ...] ...
     dsv4kit coverage [same options] [--trace decode|prefill|mixed|all] [--steps N] [--plot FILE]
                      [--json FILE|-]
+    dsv4kit cache    ls | verify | clear | export FILE | import FILE   [--cache-dir DIR]
+
+warmup and coverage load the keys an artifact store holds (``--cache-dir``, default
+``$DSV4KIT_CACHE_DIR`` or the user cache dir; ``--no-cache``: none) and compile the others in
+``--jobs`` worker processes (default: the CPU count).
 
 ``--json FILE`` writes a machine-readable report (``-``: to stdout, the text report then goes to
 stderr). The coverage report (``"schema": "dsv4kit.coverage/1"``) holds, per kernel, the keys
@@ -101,6 +106,10 @@ def _positive(value: str) -> int:
     return n
 
 
+def _default_jobs() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -144,11 +153,17 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument("--no-cuda-graphs", action="store_true",
                        help="run decode eagerly (no capture sizes, no padded batches)")
         w = s.add_argument_group("warmup")
-        w.add_argument("--jobs", type=_positive, default=1,
-                       help="compile Triton keys in N worker processes first (they fill Triton's on-disk "
-                            "cache; the in-process compile then loads it). Threads would not help: the "
-                            "Triton compiler holds the GIL. CuTeDSL keys always compile sequentially. "
-                            "Each worker pays ~2-3 s of imports: worth it for many cold keys only")
+        w.add_argument("--jobs", type=_positive, default=_default_jobs(),
+                       help="compile the keys missing from the artifact store in N worker processes "
+                            "(both backends; each writes its keys into the store, this process then loads "
+                            "them). Default: the number of CPU cores (os.cpu_count()). Workers start only "
+                            "for 2 or more missing keys, and each pays a few seconds of imports")
+        w.add_argument("--cache-dir", metavar="DIR", default=None,
+                       help="artifact store directory (default: $DSV4KIT_CACHE_DIR, else "
+                            "$XDG_CACHE_HOME/dsv4kit or ~/.cache/dsv4kit); stored keys load instead of "
+                            "compiling")
+        w.add_argument("--no-cache", action="store_true",
+                       help="use no artifact store: compile every key (workers then share a temporary one)")
         w.add_argument("--no-progress", action="store_true", help="hide the progress bar")
         w.add_argument("--warmup-block-size", type=_block_size, default=None,
                        help="misconfiguration drill: warm for this B while the runtime uses --block-size")
@@ -174,7 +189,18 @@ def build_parser() -> argparse.ArgumentParser:
                            help="launch the ops with real tensors (needs a CUDA device); default: derive "
                                 "every call's key with the kernel's dispatch on metadata stand-ins")
             c.add_argument("--plot", metavar="FILE", default=None, help="write the coverage figure to FILE")
+    _add_subcommands(sub)
     return p
+
+
+# --------------------------------------------------------------------------- other subcommands
+# Each lives in its own module: ``add_parser(sub)`` registers it and sets ``handler`` (args, parser) -> int.
+
+
+def _add_subcommands(sub: Any) -> None:
+    from dsv4kit import cache_cli
+
+    cache_cli.add_parser(sub)
 
 
 # --------------------------------------------------------------------------- building
@@ -263,6 +289,15 @@ def _build(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[A
     return stack, registry
 
 
+def _store(args: argparse.Namespace) -> Any:
+    """The artifact store of ``--cache-dir`` (None with ``--no-cache``)."""
+    from dsv4kit.jit.store import ArtifactStore, default_cache_dir
+
+    if args.no_cache:
+        return None
+    return ArtifactStore(Path(args.cache_dir) if args.cache_dir else default_cache_dir())
+
+
 def _warm(args: argparse.Namespace, stack: Any, registry: Any) -> Any:
     from dsv4kit.model.stack import warmup
 
@@ -270,24 +305,29 @@ def _warm(args: argparse.Namespace, stack: Any, registry: Any) -> Any:
     if args.warmup_block_size is not None or args.warmup_cos_sin_dtypes is not None:
         print(f"misconfiguration drill: warming with block size {args.warmup_block_size} / cos_sin dtypes "
               f"{args.warmup_cos_sin_dtypes} instead of the runtime's")
-    if args.jobs > 1:
-        tri = sum(len(r.keys) for r in registry.registrations.values() if r.kernel.backend == "triton")
-        print(f"--jobs {args.jobs}: {tri} Triton key(s) compiled in worker processes first")
+    store = _store(args)
+    print(f"artifact store: {store.root if store is not None else 'none (--no-cache)'}")
     # Start cold, as a fresh serving process does: executors are cached per kernel class, so a
     # second run in one process (main() called twice) would otherwise find the first run's
     # executors, and the monitor would not see a misconfigured warmup's misses.
     stack.clear_compiled()
     for reg in registry.registrations.values():
         type(reg.kernel).clear_cache()
-    report = warmup(registry, jobs=args.jobs, progress=not args.no_progress)
+    report = warmup(registry, jobs=args.jobs, store=store, progress=not args.no_progress)
     print(f"\nwarmup ({stack.platform.arch}, {len(registry.registrations)} kernel(s), {report.num_keys} "
           f"key(s), {report.wall_seconds:.2f} s wall):")
     print(report.table())
+    rows = report.rows()
+    origins = [r.get("origin") for r in rows if not r["error"]]
+    pool = getattr(report, "pool_keys", 0)
+    print(f"store: {origins.count('hit')} hit(s), {origins.count('compiled')} compiled"
+          + (f" ({pool} in {min(args.jobs, pool)} worker processes, --jobs {args.jobs})" if pool else ""))
     if args.keys:
-        for row in report.rows():
+        for row in rows:
             regs = row.get("registers", "-")
             print(f"  {row['kernel']:<24} {row['key']:<70} {row['seconds']:7.3f} s  regs {regs}"
-                  f"  spills {row.get('spills', '-')}" + (f"  ERROR {row['error']}" if row["error"] else ""))
+                  f"  spills {row.get('spills', '-')}  {row.get('origin') or 'compiled'}"
+                  + (f"  ERROR {row['error']}" if row["error"] else ""))
     for f in report.failures:
         print(f"FAILED {f.kernel} {format_key(f.key)}: {f.error}", file=sys.stderr)
     return report
@@ -464,8 +504,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     sub = parser._subparsers._group_actions[0].choices[args.command]  # type: ignore[union-attr]
-    cmd = cmd_warmup if args.command == "warmup" else cmd_coverage
-    if args.json != "-":
+    cmd = {"warmup": cmd_warmup, "coverage": cmd_coverage}.get(args.command) or args.handler
+    if getattr(args, "json", None) != "-":
         return cmd(args, sub)
     # --json -: stdout carries the JSON only; everything else this command prints goes to stderr.
     _JSON_STDOUT.append(sys.stdout)

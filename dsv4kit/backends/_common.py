@@ -1,4 +1,5 @@
-"""Pieces both compiled backends share: compile scopes and cubin resource reports."""
+"""Pieces both compiled backends share: compile scopes, cubin resource reports, and the
+inspection files (PTX, cubin, ...) of an artifact in a store entry."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["CompileCounter", "compiling", "cubin_resources", "in_warmup_compile"]
+__all__ = ["CompileCounter", "artifact_files", "compiling", "cubin_resources", "in_warmup_compile",
+           "stored_artifact"]
 
 # Set while a kernel's own compile(key) runs: the backend hooks then stay quiet, because a
 # compile reached through JitKernel._get_or_compile was already reported (before it started).
@@ -90,3 +92,23 @@ def cubin_resources(cubin: bytes, kernel_name: str | None = None) -> dict[str, A
     name, regs, stack, shared, local = chosen[0]
     return {"registers": regs, "spills": local // 4, "local_bytes": local, "stack_bytes": stack,
             "static_shared": shared}
+
+
+# --------------------------------------------------------------------------- store entries
+
+
+def artifact_files(text: dict[str, str], binary: dict[str, bytes]) -> dict[str, bytes]:
+    """An artifact's inspection text and binaries as store files (``text/ptx``, ``binary/cubin``)."""
+    return {**{f"text/{k}": v.encode() for k, v in text.items()},
+            **{f"binary/{k}": v for k, v in binary.items()}}
+
+
+def stored_artifact(entry: Any, backend: str, target: str, executable: Any) -> Any:
+    """The :class:`~dsv4kit.jit.CompileArtifact` a store entry holds (seconds: its compile time)."""
+    from dsv4kit.jit.report import CompileArtifact
+
+    text = {n.removeprefix("text/"): entry.read(n).decode() for n in entry.files if n.startswith("text/")}
+    binary = {n.removeprefix("binary/"): entry.read(n) for n in entry.files if n.startswith("binary/")}
+    meta = entry.meta
+    return CompileArtifact(backend, target, float(meta.get("seconds", 0.0)), info=dict(meta.get("info", {})),
+                           text=text, binary=binary, executable=executable)

@@ -15,11 +15,20 @@ executor compiled during warmup: nothing is traced or compiled per call.
 
 The monitor hook wraps ``cutlass.cute.compile`` while armed and reports *before* compiling,
 so ``error`` mode stops a stray runtime compile before it starts.
+
+**Artifact store** (:mod:`dsv4kit.jit.store`): an entry keeps PTX, cubin, the register report
+and, with TVM-FFI, the compiled function exported by CuTeDSL's ahead-of-time path
+(``JitCompiledFunction.export_to_c(path.o, function_name=...)``, its "TVM FFI module export").
+A hit loads it with ``cutlass.cute.runtime.load_module(path, enable_tvm_ffi=True)``, which
+links the object in-process and returns a ``tvm_ffi.Function``; no ``cute.compile`` runs. On
+the CPU machine the load succeeds without a GPU; the function is then only launchable on one
+(``launch`` still requires CUDA). Launching a loaded function was not run on a GPU in this change.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import shutil
 import sys
 import tempfile
@@ -28,9 +37,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from dsv4kit.backends._common import CompileCounter, compiling, cubin_resources, in_warmup_compile
+from dsv4kit.backends._common import (
+    CompileCounter,
+    artifact_files,
+    compiling,
+    cubin_resources,
+    in_warmup_compile,
+    stored_artifact,
+)
 from dsv4kit.errors import ContractError, input_error
 from dsv4kit.jit import CompileArtifact, JitKernel, active_monitor, register_monitor_hook
+from dsv4kit.jit.store import Entry, key_text
 from dsv4kit.platform import Platform, check_arch, current_platform
 
 __all__ = [
@@ -224,6 +241,44 @@ class CuTeDSLJitKernel(JitKernel[K]):
         with compiling():
             art = self.compile_for(key, self.target)
         self._cache_executor(key, self._executor(art.executable), art)
+
+    # ------------------------------------------------------------------ the artifact store
+    stores_artifacts: ClassVar[bool] = True
+
+    def entry_payload(self, key: K, art: CompileArtifact) -> tuple[dict[str, bytes], dict[str, Any]]:
+        """PTX, cubin and (with TVM-FFI) the compiled function exported as an object file.
+
+        ``export_to_c`` writes host code with the cubin embedded; ``cute.runtime.load_module``
+        links it again (JITLink) without compiling anything. Without TVM-FFI nothing can launch
+        anyway (see :meth:`_executor`), so only the inspection data is kept.
+        """
+        files = artifact_files(art.text, art.binary)
+        meta: dict[str, Any] = {"tvm_ffi": self.tvm_ffi}
+        if self.tvm_ffi:
+            name = "dsv4kit_" + hashlib.sha256(key_text(key).encode()).hexdigest()[:16]
+            with tempfile.TemporaryDirectory(prefix="dsv4kit_cute_export_") as tmp:
+                obj = Path(tmp) / "module.o"
+                art.executable.export_to_c(str(obj), function_name=name)
+                files["cute/module.o"] = obj.read_bytes()
+            meta["function"] = name
+        return files, meta
+
+    def load_entry(self, key: K, entry: Entry) -> None:
+        """Load the exported object of ``key`` (no ``cute.compile``) and cache its function.
+
+        Loading works without a GPU (measured on the CPU machine: ~10 ms a key, CuTeDSL 4.8.1);
+        only a launch needs one. Untested here: launching a loaded function on a GPU.
+        """
+        meta = entry.meta
+        function = None
+        if meta.get("function") and self.tvm_ffi:
+            from cutlass.cute.runtime import load_module
+
+            import_cute(self.name)
+            module = load_module(str(entry.file("cute/module.o")), enable_tvm_ffi=True)
+            function = getattr(module, meta["function"])
+        art = stored_artifact(entry, self.backend, self.target, function)
+        self._cache_executor(key, self._executor(function), art)
 
     def _executor(self, compiled: Any) -> Callable[..., Any]:
         if not self.tvm_ffi:

@@ -36,6 +36,16 @@ Where it runs (from :mod:`dsv4kit.platform`):
   mismatch to the monitor, so a specialization miss is caught on CPU as it would be on GPU.
 
 Every launch and compile uses ``enable_fp_fusion=False`` (spec §2.1 rule 1).
+
+**Artifact store** (:mod:`dsv4kit.jit.store`): an entry keeps the files of Triton's own cache
+group (metadata json, cubin, PTX, IRs) and Triton's hash of the compile. The CPU ahead-of-time
+path and the GPU JIT path compute the same hash, so on a hit the files are put back into
+Triton's cache and the normal compile path finds them (Triton's ``knobs.compilation.listener``
+sees ``cache_hit=True``). This is preferred to building a ``CompiledKernel`` from the files:
+on the GPU, ``kernel_fn[grid](...)`` looks kernels up through ``JITFunction.run`` and its
+per-device cache, which only Triton's own compile path fills; a ``CompiledKernel`` made aside
+would never be found by a launch. The GPU half of this (restore, then ``kernel_fn.warmup`` hits)
+is written against triton 3.6's ``JITFunction.run`` but was not run on a GPU in this change.
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import torch
@@ -55,12 +66,14 @@ import triton
 from triton import knobs
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
+from triton.runtime.cache import get_cache_manager
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
 from dsv4kit.backends._common import CompileCounter, compiling, cubin_resources, in_warmup_compile
 from dsv4kit.errors import ContractError, input_error
 from dsv4kit.jit import CompileArtifact, JitKernel, active_monitor, register_monitor_hook
+from dsv4kit.jit.store import Entry
 from dsv4kit.platform import Platform, arch_capability, current_platform
 
 __all__ = [
@@ -76,6 +89,7 @@ __all__ = [
     "TritonVariant",
     "count_triton_compiles",
     "int_class",
+    "restore_triton_group",
 ]
 
 K = TypeVar("K")
@@ -362,6 +376,24 @@ def count_triton_compiles() -> Iterator[TritonCompileCounter]:
         knobs.runtime.jit_post_compile_hook = prev
 
 
+# --------------------------------------------------------------------------- the artifact store
+
+# What cuobjdump reports of a cubin (dsv4kit.backends._common.cubin_resources).
+_RESOURCE_FIELDS = ("registers", "spills", "local_bytes", "stack_bytes", "static_shared")
+
+
+def restore_triton_group(entry: Entry, triton_hash: str, group_name: str) -> None:
+    """Write a stored Triton cache group into Triton's cache (``knobs.cache.dir`` or its cache
+    manager) under ``triton_hash``, unless it is already complete there."""
+    manager = get_cache_manager(triton_hash)
+    present = manager.get_group(group_name) or {}
+    children = [n.removeprefix("triton/") for n in entry.files if n.startswith("triton/")]
+    if group_name in present and all(c in present for c in children):
+        return
+    paths = {c: manager.put(entry.read(f"triton/{c}"), c) for c in children}
+    manager.put_group(group_name, paths)
+
+
 # --------------------------------------------------------------------------- the kernel base
 
 
@@ -542,7 +574,7 @@ class TritonJitKernel(JitKernel[K]):
         with _INTERP_LOCK:
             return self._compile_for(key, arch)
 
-    def _compile_for(self, key: K, arch: str) -> CompileArtifact:
+    def _compile_for(self, key: K, arch: str, resources: Mapping[str, Any] | None = None) -> CompileArtifact:
         cap = arch_capability(arch)
         t0 = time.perf_counter()
         fn = self.kernel_fn
@@ -553,35 +585,79 @@ class TritonJitKernel(JitKernel[K]):
         ck = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", cap, 32),
                             options=options.__dict__)
         variant = TritonVariant(key, _describe(fn, spec, opts))
-        return self._artifact(ck, arch, time.perf_counter() - t0, variant)
+        return self._artifact(ck, arch, time.perf_counter() - t0, variant, resources)
 
-    def _artifact(self, ck: Any, arch: str, seconds: float, variant: TritonVariant) -> CompileArtifact:
+    def _artifact(self, ck: Any, arch: str, seconds: float, variant: TritonVariant,
+                  resources: Mapping[str, Any] | None = None) -> CompileArtifact:
+        # ``resources``: the cuobjdump report of a stored entry (reading the cubin again costs a
+        # subprocess per key).
         md = ck.metadata
+        res = dict(resources) if resources is not None else cubin_resources(ck.asm["cubin"], md.name)
         info = {"shared": md.shared, "num_warps": md.num_warps, "enable_fp_fusion": md.enable_fp_fusion,
-                **cubin_resources(ck.asm["cubin"], md.name), "specialization": variant.specialization}
+                **res, "specialization": variant.specialization}
         return CompileArtifact(self.backend, arch, seconds, info=info,
                                text={k: ck.asm[k] for k in ("ttgir", "llir", "ptx") if k in ck.asm},
                                binary={"cubin": ck.asm["cubin"]}, executable=ck)
 
     def compile(self, key: K) -> None:
         """Compile ``key`` for this platform and cache the executor the runtime will use."""
+        self._compile(key)
+
+    def _compile(self, key: K, resources: Mapping[str, Any] | None = None) -> None:
         t0 = time.perf_counter()
         with compiling(), _INTERP_LOCK:  # see compile_for: no compile while the interpreter runs
-            if self.platform.is_cuda:
+            if self.platform.is_cuda and torch.cuda.is_available():
                 args = self.warmup_inputs(key)
                 ck = self.kernel_fn.warmup(*args, grid=(1,), **self._options(key))
                 if ck is None:
                     raise RuntimeError(f"{self.name}: Triton skipped the compile of {key} (a jit_cache_hook "
                                        "returned True)")
                 variant = self.variant(key, args)
-                art = self._artifact(ck, self.target, time.perf_counter() - t0, variant)
+                art = self._artifact(ck, self.target, time.perf_counter() - t0, variant, resources)
                 executor = self._gpu_executor(key, variant)
             else:
-                art = self.compile_for(key, self.target)
+                # On CPU, and for a compile-only GPU platform (no device): ahead of time.
+                art = self._compile_for(key, self.target, resources)
                 variant = TritonVariant(key, art.info["specialization"])
-                executor = self._interpreter_executor(key, variant)
+                executor = (self._interpreter_executor(key, variant) if not self.platform.is_cuda
+                            else self._no_device_executor())
         type(self)._variants.setdefault(self.target, {})[key] = variant
         self._cache_executor(key, executor, art)
+
+    def _no_device_executor(self) -> Callable[..., Any]:
+        def run(*call_args: Any) -> None:
+            self.platform.require_cuda(self.name)
+
+        return run
+
+    # ------------------------------------------------------------------ the artifact store
+    stores_artifacts: ClassVar[bool] = True
+
+    def entry_payload(self, key: K, art: CompileArtifact) -> tuple[dict[str, bytes], dict[str, Any]]:
+        """The files of Triton's own cache group for ``art`` (metadata json, cubin, PTX, IRs) and
+        Triton's hash of it: restored into Triton's cache, they make the compile a cache hit."""
+        ck = art.executable
+        group_name = f"{ck.src.name[:150]}.json"
+        group = get_cache_manager(ck.hash).get_group(group_name)
+        if not group or group_name not in group:
+            raise RuntimeError(f"Triton's cache has no group {group_name} for hash {ck.hash} "
+                               "(is its cache off?)")
+        files = {f"triton/{child}": Path(path).read_bytes() for child, path in group.items()}
+        return files, {"triton_hash": ck.hash, "group": group_name}
+
+    def load_entry(self, key: K, entry: Entry) -> None:
+        """Put the entry's files back into Triton's cache, then compile: Triton finds them there
+        (a cache hit: nothing is compiled) and this process gets its normal executor."""
+        meta = entry.meta
+        restore_triton_group(entry, meta["triton_hash"], meta["group"])
+        info = meta.get("info", {})
+        self._compile(key, {k: info[k] for k in _RESOURCE_FIELDS if k in info})
+        art = self.artifact(key)
+        if art is None or art.executable.hash != meta["triton_hash"]:
+            got = None if art is None else art.executable.hash
+            raise RuntimeError(f"Triton computed hash {got} where the entry has {meta['triton_hash']} "
+                               "(it compiled instead of loading)")
+        art.seconds = float(meta.get("seconds", art.seconds))
 
     # ------------------------------------------------------------------ launching
     def _named(self, call_args: tuple[Any, ...]) -> dict[str, Any]:

@@ -7,6 +7,7 @@
 ``WarmupRegistry``     collects registrations, compiles their union, reports
 ``JitMonitor``         off | warn | error on any compile after warmup
 ``KeyLedger``          keys warmed vs requested: missed and dead keys
+``ArtifactStore``      compiled artifacts on disk: warmup loads hits, stores what it compiles
 =====================  ==========================================================
 """
 
@@ -17,8 +18,10 @@ from dsv4kit.jit.monitor import CompileEvent, JitMonitor, active_monitor, regist
 from dsv4kit.jit.registry import WarmupRegistry, active_registry
 from dsv4kit.jit.report import CompileArtifact, KernelReport, KeyReport, WarmupReport, format_key
 from dsv4kit.jit.space import Like, WarmupChoices, WarmupIntRange, zip_inputs
+from dsv4kit.jit.store import ArtifactStore, StoreWarning
 
 __all__ = [
+    "ArtifactStore",
     "CompileArtifact",
     "CompileEvent",
     "Immediate",
@@ -39,6 +42,7 @@ __all__ = [
     "format_key",
     "kernel_launcher",
     "register_monitor_hook",
+    "StoreWarning",
     "validate_compile_key",
     "zip_inputs",
 ]

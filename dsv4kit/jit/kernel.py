@@ -12,6 +12,10 @@ A kernel class declares
   store an executor with :meth:`_cache_executor`.
 * ``__call__`` decorated with :func:`~dsv4kit.jit.launcher.kernel_launcher`.
 
+A backend that can keep artifacts on disk (``stores_artifacts``) also provides
+``compile_for(key, arch)``, ``entry_payload`` and ``load_entry``: warmup with an
+:class:`~dsv4kit.jit.store.ArtifactStore` then loads stored keys and compiles the rest.
+
 Executors are cached per kernel *class* and compile target, so every instance (one per
 layer, say) shares what warmup compiled for its target, and a process that compiles for two
 targets (sm_90a and sm_100a on a CPU) never hands one target's executor to the other.
@@ -23,7 +27,8 @@ import dataclasses
 import time
 import traceback
 import typing
-from collections.abc import Callable, Iterable
+import warnings
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
@@ -31,8 +36,9 @@ import torch
 from dsv4kit.errors import ContractError, MissingExecutorError, WarmupError, input_error
 from dsv4kit.jit import coverage, monitor, registry
 from dsv4kit.jit.launcher import LaunchSpec
-from dsv4kit.jit.report import CompileArtifact, KeyReport
+from dsv4kit.jit.report import CompileArtifact, KeyReport, format_key
 from dsv4kit.jit.space import DispatchProgram, ZippedInputs, parse_dispatch, trace_dispatch
+from dsv4kit.jit.store import ArtifactStore, Entry, StoreWarning
 
 __all__ = ["JitKernel", "fixed", "validate_compile_key"]
 
@@ -209,11 +215,12 @@ class JitKernel(Generic[K]):
         return result
 
     # ------------------------------------------------------------------ warmup
-    def _compile_one(self, key: K) -> KeyReport:
+    def _compile_one(self, key: K, store: ArtifactStore | None = None,
+                     built: Mapping[Any, float] | None = None) -> KeyReport:
         t0 = time.perf_counter()
         try:
             self.check_key(key)  # a key of another kernel, or a wrong fixed field: this key's failure
-            self.compile(key)
+            origin = self._warm_key(key, store)
             if key not in self._executor_cache():
                 raise MissingExecutorError(f"compile({key}) did not cache an executor")
         except Exception as exc:  # reported, not hidden: warmup raises after all keys ran
@@ -221,17 +228,85 @@ class JitKernel(Generic[K]):
             return KeyReport(self.name, key, time.perf_counter() - t0, error=last)
         seconds = time.perf_counter() - t0
         art = self.artifact(key)
-        if art is not None:
+        if origin == "hit" and built is not None and key in built:
+            origin, seconds = "compiled", seconds + built[key]  # a worker compiled it in this warmup
+        elif art is not None and origin != "hit":
             art.seconds = seconds
-        return KeyReport(self.name, key, seconds, dict(art.info) if art else {})
+        info = dict(art.info) if art else {}
+        if origin is not None:
+            info["origin"] = origin
+        return KeyReport(self.name, key, seconds, info)
+
+    # ------------------------------------------------------------------ the artifact store
+    #: Whether this backend can save its artifacts in an :class:`ArtifactStore` and load them.
+    stores_artifacts: ClassVar[bool] = False
+
+    def entry_payload(self, key: K, art: CompileArtifact) -> tuple[dict[str, bytes], dict[str, Any]]:
+        """Files and metadata a store entry keeps for ``art`` (backends that store artifacts)."""
+        raise NotImplementedError(f"{self.name}: the {self.backend} backend does not store artifacts")
+
+    def load_entry(self, key: K, entry: Entry) -> None:
+        """Cache the executor and artifact of ``key`` from a store entry, compiling nothing."""
+        raise NotImplementedError(f"{self.name}: the {self.backend} backend does not store artifacts")
+
+    def compile_for(self, key: K, arch: str) -> CompileArtifact:
+        """Compile ``key`` ahead of time for ``arch``, leaving the executor cache alone (backends)."""
+        raise NotImplementedError(f"{self.name}: compile_for is the backend's to define")
+
+    def _warm_key(self, key: K, store: ArtifactStore | None) -> str | None:
+        """Load ``key`` from ``store`` or compile it (and store it); ``hit``, ``compiled`` or None
+        (no store in use for this kernel)."""
+        if store is None or not self.stores_artifacts:
+            self.compile(key)
+            return None
+        entry = store.get(self, key)
+        if entry is not None:
+            try:
+                self.load_entry(key, entry)
+                return "hit"
+            except Exception as exc:  # an entry this process cannot load: rebuilt, not fatal
+                warnings.warn(f"dsv4kit artifact store: entry of {self.name} {key} at {entry.path} could "
+                              f"not be loaded ({type(exc).__name__}: {exc}); it is rebuilt", StoreWarning,
+                              stacklevel=2)
+                store.remove(entry.path)
+        self.compile(key)
+        art = self.artifact(key)
+        if art is not None:
+            self.save_entry(key, art, store)
+        return "compiled"
+
+    def save_entry(self, key: K, art: CompileArtifact, store: ArtifactStore) -> None:
+        """Write ``art`` into ``store``; a store that cannot be written only warns."""
+        try:
+            files, meta = self.entry_payload(key, art)
+            store.put(self, key, files, {"info": art.info, "seconds": art.seconds, **meta},
+                      display=format_key(key))
+        except Exception as exc:  # the compile succeeded; only the cache is lost
+            warnings.warn(f"dsv4kit artifact store: could not store {self.name} {key} in {store.root} "
+                          f"({type(exc).__name__}: {exc})", StoreWarning, stacklevel=2)
+
+    def build_entry(self, key: K, store: ArtifactStore) -> float:
+        """Compile ``key`` for this kernel's target and store it, without caching an executor (a
+        worker process of a parallel warmup runs this); returns the compile seconds."""
+        self.check_key(key)
+        t0 = time.perf_counter()
+        art = self.compile_for(key, self.target)
+        art.seconds = time.perf_counter() - t0
+        files, meta = self.entry_payload(key, art)
+        store.put(self, key, files, {"info": art.info, "seconds": art.seconds, **meta},
+                  display=format_key(key))
+        return art.seconds
 
     def compile_many(
-        self, keys: Iterable[K], on_done: Callable[[KeyReport], None] | None = None
+        self, keys: Iterable[K], on_done: Callable[[KeyReport], None] | None = None, *,
+        store: ArtifactStore | None = None, built: Mapping[Any, float] | None = None,
     ) -> list[KeyReport]:
-        """Compile each key (sequentially here; backends may parallelize) and report each."""
+        """Warm each key, in order, and report each: with a ``store``, a key stored there is
+        loaded (``info["origin"] == "hit"``), any other is compiled and stored (``"compiled"``).
+        ``built``: keys a worker process compiled into ``store`` during this warmup (seconds)."""
         out = []
         for key in keys:
-            r = self._compile_one(key)
+            r = self._compile_one(key, store, built)
             if r.ok:
                 coverage.record_warmed(self.name, [key])
             out.append(r)
@@ -239,9 +314,10 @@ class JitKernel(Generic[K]):
                 on_done(r)
         return out
 
-    def warmup(self, config: Any = None, *, keys: Iterable[K] | None = None) -> list[KeyReport]:
+    def warmup(self, config: Any = None, *, keys: Iterable[K] | None = None,
+               store: ArtifactStore | None = None) -> list[KeyReport]:
         """Compile the keys of ``config`` (or the given ``keys``) now; raise if any failed."""
-        reports = self.compile_many(self.get_warmup_keys(config) if keys is None else keys)
+        reports = self.compile_many(self.get_warmup_keys(config) if keys is None else keys, store=store)
         failures = [(r.kernel, r.key, r.error or "") for r in reports if not r.ok]
         if failures:
             raise WarmupError(failures)

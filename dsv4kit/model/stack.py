@@ -18,10 +18,8 @@ is bound to the kernel's ``dispatch`` by argument name (:meth:`FamilySpec.dispat
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +36,7 @@ from dsv4kit.formats.cache_dtypes import (
 )
 from dsv4kit.jit import JitKernel, WarmupRegistry, WarmupReport
 from dsv4kit.jit import registry as jit_registry
+from dsv4kit.jit.store import ArtifactStore
 from dsv4kit.kernels import families
 from dsv4kit.model.presets import DSV4_FLASH, DSV4_PRO, ModelPreset
 from dsv4kit.platform import BACKENDS, Platform, check_arch, cpu_platform, current_platform
@@ -59,7 +58,6 @@ __all__ = [
     "check_block_size",
     "gpu_platform",
     "normalize_cache_dtype",
-    "prefetch_triton",
     "registrations_table",
     "resolve_preset",
     "union_keys",
@@ -319,54 +317,14 @@ class DSv4AttentionStack:
 # --------------------------------------------------------------------------- warmup
 
 
-def _aot_worker(cls: type, platform: Platform, keys: list[Any]) -> list[str | None]:
-    """Compile ``keys`` ahead of time in a worker process (fills Triton's on-disk cache)."""
-    kernel = cls(platform)
-    errors: list[str | None] = []
-    for key in keys:
-        try:
-            kernel.compile_for(key, platform.arch)
-            errors.append(None)
-        except Exception as exc:  # reported by the in-process compile that follows
-            errors.append(f"{type(exc).__name__}: {exc}")
-    return errors
-
-
-def prefetch_triton(registry: WarmupRegistry, jobs: int) -> int:
-    """Compile every Triton key of ``registry`` in ``jobs`` worker processes; returns keys sent.
-
-    Only the on-disk Triton cache is filled: the in-process ``compile`` that follows loads from
-    it in milliseconds. Threads would not help: the Triton compiler holds the GIL (measured:
-    12 cold keys took 3.4 s on one thread, 4.7 s on two). CuTeDSL keys are left to the
-    sequential warmup.
-    """
-    work = [(type(r.kernel), r.kernel.platform, k) for r in registry.registrations.values()
-            if r.kernel.backend == "triton" for k in r.keys]
-    if jobs <= 1 or len(work) < 2:
-        return 0
-    chunks: list[list[tuple[type, Platform, Any]]] = [work[i::jobs] for i in range(jobs)]
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=ctx) as pool:
-        futures = []
-        for chunk in chunks:
-            by_cls: dict[tuple[type, Platform], list[Any]] = {}
-            for cls, plat, key in chunk:
-                by_cls.setdefault((cls, plat), []).append(key)
-            futures += [pool.submit(_aot_worker, cls, plat, keys) for (cls, plat), keys in by_cls.items()]
-        for f in futures:
-            f.result()
-    return len(work)
-
-
-def warmup(registry: WarmupRegistry, *, jobs: int = 1, progress: bool = True,
-           raise_on_failure: bool = False) -> WarmupReport:
-    """Compile every key of ``registry``; with ``jobs > 1`` Triton keys are first compiled in
-    ``jobs`` worker processes (see :func:`prefetch_triton`). Returns the report (every key is
-    attempted; failures are in it, and raised only with ``raise_on_failure``)."""
+def warmup(registry: WarmupRegistry, *, jobs: int = 1, store: ArtifactStore | None = None,
+           progress: bool = True, raise_on_failure: bool = False) -> WarmupReport:
+    """Warm every key of ``registry`` (see :meth:`WarmupRegistry.warmup`): keys in ``store`` are
+    loaded, the others compiled (with ``jobs > 1`` in that many worker processes, CuTeDSL
+    included) and stored. Returns the report (every key is attempted; failures are in it, and
+    raised only with ``raise_on_failure``); ``report.wall_seconds`` is the wall time."""
     t0 = time.perf_counter()
-    if jobs > 1:
-        prefetch_triton(registry, jobs)
-    report = registry.warmup(progress=progress, raise_on_failure=raise_on_failure)
+    report = registry.warmup(progress=progress, raise_on_failure=raise_on_failure, store=store, jobs=jobs)
     report.wall_seconds = time.perf_counter() - t0  # type: ignore[attr-defined]
     return report
 
