@@ -220,7 +220,8 @@ class StepRecord:
     backend); ``history_calls``: reference calls that prefilled adopted sequences. ``written``:
     (layer, cache) -> entries the step's tokens wrote; ``history_written``: entries the
     adopted histories wrote; ``occupancy``: (layer, cache) -> entries the live sequences hold after
-    the step (what the engine's block tables cover); ``blocks``: pool -> blocks in use.
+    the step (what the engine's block tables cover): the caches ``window``, ``main``, ``indexer``
+    and the state caches ``state:main``, ``state:indexer`` (rows); ``blocks``: pool -> blocks in use.
     """
 
     index: int
@@ -239,11 +240,19 @@ class StepRecord:
     blocks: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
+    def family_calls(self) -> Counter:
+        """Family -> op calls of the step (its call sites summed; history prefills not included)."""
+        out: Counter = Counter()
+        for (fam, _), n in self.calls.items():
+            out[fam] += n
+        return out
+
 
 @dataclass
 class PipelineReport:
     """Per-step, per-family call counts and cache occupancy of one pipeline (for figures), plus the
-    warmup and the compiles the monitor saw after it."""
+    warmup and the compiles the monitor saw after it. ``capacity``: (layer, cache) -> entries
+    (state caches: rows) the cache holds, the keys of every step's ``occupancy``."""
 
     backend: str
     warmup: WarmupReport | None
@@ -273,6 +282,16 @@ class PipelineReport:
         for s in self.steps:
             out.update(s.written)
         return out
+
+    def occupancy_series(self) -> dict[tuple[int, str], list[int]]:
+        """(layer, cache) -> entries held after each step, in step order (state caches: rows)."""
+        return {lc: [s.occupancy.get(lc, 0) for s in self.steps] for lc in self.capacity}
+
+    def family_call_series(self) -> dict[str, list[int]]:
+        """Family -> op calls in each step, in step order (families that never ran left out)."""
+        per_step = [s.family_calls() for s in self.steps]
+        names = list(dict.fromkeys(f for c in per_step for f in c))
+        return {f: [c.get(f, 0) for c in per_step] for f in names}
 
     def rows(self) -> list[dict[str, Any]]:
         """Tidy rows for a figure: one per (step, family, site) call count and one per (step, layer,
@@ -417,6 +436,8 @@ class Pipeline:
         self.steps_run = 0
         capacity = {(b.layer.index, name): c.tensor.shape[0] * c.tensor.shape[1]
                     for b in self.layers for name, c in b.caches.items()}
+        capacity.update({(b.layer.index, f"state:{name}"): st.shape[0] * st.shape[1]
+                         for b in self.layers for name, st in b.states.items()})
         self.report = PipelineReport(backend or "kernels", warmup, capacity)
 
     # ------------------------------------------------------------------ allocation
@@ -591,6 +612,8 @@ class Pipeline:
         self.report.compile_events += self.monitor.events[n_events:]
         rec.occupancy = {(b.layer.index, name): self._live_entries(c.pool)
                          for b in self.layers for name, c in b.caches.items()}
+        rec.occupancy.update({(b.layer.index, f"state:{name}"): self._live_entries(pool)
+                              for b in self.layers for name, pool in b.state_pools.items()})
         rec.blocks = {k: p.num_blocks - len(p.free) for k, p in self._pools.items()}
         rec.seconds = time.perf_counter() - t0
         self.report.steps.append(rec)

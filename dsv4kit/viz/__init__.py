@@ -1,11 +1,12 @@
 """Figures and tables for the notebooks (matplotlib only): :mod:`~dsv4kit.viz.coverage` (key spaces,
 coverage), :mod:`~dsv4kit.viz.recorded` (recorded GPU results), :mod:`~dsv4kit.viz.compressor` (the
 C4 compressors K5, K6, K9, and the pieces every compressor figure uses), :mod:`~dsv4kit.viz.c128`
-(the C128 compressor K7, K8a, K8b).
+(the C128 compressor K7, K8a, K8b), :mod:`~dsv4kit.viz.pipeline` (the pipeline replay on real
+tensors, coverage over every family, the §2.11 drills, the recorded GPU pipeline run).
 
-The public names of the compressor modules are also importable from here (``from dsv4kit.viz
-import plot_window, plot_c128_window``); they load on first use, so importing another viz module
-does not import the compressor kernels.
+The public names of the compressor and pipeline modules are also importable from here (``from
+dsv4kit.viz import plot_window, plot_c128_window, plot_pipeline``); they load on first use, so
+importing another viz module does not import the compressor kernels.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_LAZY_MODULES = ("compressor", "c128")
+_LAZY_MODULES = ("compressor", "c128", "pipeline", "bench")
 
 
 def __getattr__(name: str) -> Any:
