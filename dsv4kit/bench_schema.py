@@ -47,7 +47,9 @@ __all__ = [
     "host_rows",
     "label",
     "make_row",
+    "WarmupKey",
     "read_results",
+    "recorded_warmup",
     "recorded_run",
     "recorded_runs",
     "results_json",
@@ -498,3 +500,66 @@ _WS = re.compile(r"\s+")
 def label(row: BenchRow) -> str:
     """A short legend label: ``<kernel> [config] <backend> <variant>``."""
     return _WS.sub(" ", f"{row.kernel} {row.config} {row.backend} {row.variant}").strip()
+
+
+# --------------------------------------------------------------------------- recorded warmup
+
+
+@dataclass(frozen=True)
+class WarmupKey:
+    """One key a recorded GPU run warmed: compile seconds (None where not recorded), registers
+    and spills of the compiled kernel, and the run (``source``) that recorded it."""
+
+    family: str
+    backend: str
+    key: str
+    seconds: float | None
+    registers: int | None
+    spills: int | None
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def recorded_warmup(root: Path | None = None) -> list[WarmupKey]:
+    """The per-key warmup reports of the current recorded runs (every family that recorded one)."""
+    root = root if root is not None else results_dir()
+    out: list[WarmupKey] = []
+    if root is None:
+        return out
+
+    def add(family: str, backend: str, k: Mapping[str, Any], source: str) -> None:
+        out.append(WarmupKey(family, backend, str(k["key"]), k.get("seconds"), k.get("registers"),
+                             k.get("spills"), source))
+
+    def load(rel: str) -> Any:
+        path = root / rel
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    if (d := load("indexer_q_h200.json")) is not None:
+        for k in d["warmup"]["rows"]:
+            fmt = "fp8" if "Fp8" in k["kernel"] else "mxfp4"
+            add(f"indexer_q/{fmt}", k["backend"], k, "indexer_q_h200.json")
+    if (d := load("dequant_gather/coverage.json")) is not None:
+        for backend, r in d.items():
+            for k in r.get("per_key", []):
+                add("dequant_gather", backend, k, "dequant_gather/coverage.json")
+    if (d := load("save_partial_states_h200/save_partial_states.json")) is not None:
+        for backend, r in d["warmup"].items():
+            for k in r["keys"]:
+                add("save_partial_states", backend, k, "save_partial_states_h200/save_partial_states.json")
+    if (d := load("c4_compress_h200/c4_compress.json")) is not None:
+        for name, r in d["warmup"].items():
+            op, backend = name.split(" ")
+            for k in r["keys"]:
+                add(op, backend, k, "c4_compress_h200/c4_compress.json")
+    if (d := load("c128_compress_h200/check.json")) is not None:
+        for r in d["warmup"]:
+            for k in r["keys"]:
+                add(r["op"], r["backend"], k, "c128_compress_h200/check.json")
+    if (d := load("backends_h200.json")) is not None:
+        for backend, r in d["warmup"].items():
+            for k in r.get("per_key", []):
+                add("rowquant", backend, k, "backends_h200.json")
+    return out

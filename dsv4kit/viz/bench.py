@@ -1,0 +1,189 @@
+"""Figures and tables of benchmark results in the one schema (:mod:`dsv4kit.bench_schema`).
+
+Recorded runs (:func:`dsv4kit.bench_schema.recorded_runs`) and a live ``dsv4kit bench`` run are
+drawn by the same functions; every figure says in its title which it is (``RECORDED`` with the
+device and commit, or ``LIVE``). matplotlib only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt
+
+from dsv4kit.bench_schema import KERNEL, BenchRow, RecordedRun, WarmupKey
+
+__all__ = [
+    "best_by_size",
+    "headline_markdown",
+    "largest_point",
+    "plot_bandwidth",
+    "plot_recorded_bandwidth",
+    "plot_roofline",
+    "plot_warmup_keys",
+    "run_title",
+    "status_markdown",
+]
+
+_STYLE = {"triton": ("tab:blue", "o"), "cutedsl": ("tab:orange", "s"), "torch": ("tab:gray", "^")}
+
+
+def run_title(run: RecordedRun) -> str:
+    """``RECORDED on <device>, commit <c>`` plus the kernel-source status of the run."""
+    status = run.status()
+    suffix = status.split(", ")[-1] if "kernel source" in status else "kernel source unchanged since"
+    return f"{run.name}: RECORDED on {run.record.device}, commit {run.record.commit[:7]} ({suffix})"
+
+
+def best_by_size(rows: Iterable[BenchRow], variants: Sequence[str] = (KERNEL,)
+                 ) -> dict[tuple[str, str, str], list[tuple[int, float]]]:
+    """``(kernel, backend, variant) -> [(size, best GBps over configs)]``, sorted by size."""
+    best: dict[tuple[str, str, str], dict[int, float]] = {}
+    for r in rows:
+        if r.variant in variants and r.GBps is not None and not r.error:
+            d = best.setdefault((r.kernel, r.backend, r.variant), {})
+            d[r.size] = max(d.get(r.size, 0.0), r.GBps)
+    return {k: sorted(v.items()) for k, v in best.items()}
+
+
+def _bandwidth_axes(ax: Any, rows: Sequence[BenchRow], copy: float | None, title: str,
+                    variants: Sequence[str]) -> None:
+    series = best_by_size(rows, variants)
+    kernels = list(dict.fromkeys(k for k, _, _ in series))
+    styles = ["-", "--", ":", "-."]
+    for (kernel, backend, variant), pts in series.items():
+        color, marker = _STYLE.get(backend, ("k", "x"))
+        ls = styles[kernels.index(kernel) % len(styles)]
+        lbl = f"{kernel} {backend}" + ("" if variant == KERNEL else f" {variant}")
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], ls, color=color, marker=marker, ms=3, lw=1.2,
+                label=lbl)
+    if copy:
+        ax.axhline(copy, color="k", lw=1, ls="--", label=f"copy ceiling {copy:.0f} GB/s")
+        ax.axhline(0.9 * copy, color="k", lw=0.6, ls=":", label="90 % of copy")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(bottom=0)
+    ax.set_title(title, fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, loc="upper left")
+
+
+def plot_bandwidth(rows: Sequence[BenchRow], *, copy_gbps: float | None = None, title: str = "",
+                   variants: Sequence[str] = (KERNEL,)) -> Any:
+    """GB/s against size per family (best over configs), the copy ceiling as a line."""
+    fams = list(dict.fromkeys(r.family for r in rows))
+    fig, axes = plt.subplots(1, max(1, len(fams)), figsize=(5.5 * max(1, len(fams)), 4), squeeze=False)
+    for ax, fam in zip(axes[0], fams, strict=False):
+        sub = [r for r in rows if r.family == fam]
+        copy = copy_gbps or next((r.copy_GBps for r in sub if r.copy_GBps), None)
+        _bandwidth_axes(ax, sub, copy, fam, variants)
+        ax.set_xlabel("size")
+    axes[0][0].set_ylabel("GB/s (bytes model)")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def plot_recorded_bandwidth(runs: Sequence[RecordedRun], ncols: int = 3) -> Any:
+    """One panel per recorded run with rows: GB/s of each kernel (best config) vs size, its copy."""
+    runs = [r for r in runs if r.rows]
+    nrows = -(-len(runs) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6 * ncols, 4.2 * nrows), squeeze=False)
+    for ax, run in zip(axes.flat, runs, strict=False):
+        _bandwidth_axes(ax, list(run.rows), run.copy_GBps, run_title(run), (KERNEL,))
+        ax.set_xlabel("size (tokens; K3: rows gathered; rowquant: rows)")
+        ax.set_ylabel("GB/s")
+    for ax in list(axes.flat)[len(runs):]:
+        ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+def largest_point(rows: Iterable[BenchRow]) -> dict[tuple[str, str], BenchRow]:
+    """``(kernel, backend) -> the kernel row of the largest size`` (best config there)."""
+    out: dict[tuple[str, str], BenchRow] = {}
+    for r in rows:
+        if r.variant != KERNEL or r.GBps is None or r.error or not r.bytes:
+            continue
+        k = (r.kernel, r.backend)
+        cur = out.get(k)
+        if cur is None or (r.size, r.GBps) > (cur.size, cur.GBps):
+            out[k] = r
+    return out
+
+
+def plot_roofline(runs: Sequence[RecordedRun], title: str = "") -> Any:
+    """Bytes moved per element (per token / row) vs achieved GB/s at each kernel's largest point,
+    against each run's copy ceiling (a memory-bound kernel at the ceiling sits on the line)."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    copies = []
+    for run in runs:
+        for (kernel, backend), r in largest_point(run.rows).items():
+            color, marker = _STYLE.get(backend, ("k", "x"))
+            per = r.bytes / r.size  # type: ignore[operator]
+            ax.scatter(per, r.GBps, color=color, marker=marker, s=30)
+            ax.annotate(f"{kernel} ({r.size})", (per, r.GBps), fontsize=6, xytext=(3, 2),
+                        textcoords="offset points")
+        if run.copy_GBps:
+            copies.append(run.copy_GBps)
+    if copies:
+        ax.axhspan(min(copies), max(copies), color="k", alpha=0.15, label="copy ceilings of the runs")
+        ax.axhline(0.9 * min(copies), color="k", ls=":", lw=0.8, label="90 % of copy")
+    for b, (color, marker) in _STYLE.items():
+        if b != "torch":
+            ax.scatter([], [], color=color, marker=marker, label=b)
+    ax.set_xscale("log")
+    ax.set_xlabel("bytes moved per element (bytes model / size)")
+    ax.set_ylabel("achieved GB/s at the largest size")
+    ax.set_title(title or "RECORDED: every kernel at its largest recorded size", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_warmup_keys(keys: Sequence[WarmupKey], title: str = "") -> Any:
+    """Per warmed key: compile seconds (left) and registers with spills (right), both backends."""
+    keys = list(keys)
+    labels = [f"{k.family} {k.backend} #{i}" for i, k in enumerate(keys)]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13, max(4.0, 0.16 * len(keys))), sharey=True)
+    y = list(range(len(keys)))
+    colors = [_STYLE.get(k.backend, ("k", "x"))[0] for k in keys]
+    a.barh(y, [k.seconds or 0.0 for k in keys], color=colors)
+    a.set_xscale("symlog", linthresh=0.01)
+    a.set_xlabel("compile seconds (recorded warmup)")
+    b.barh(y, [k.registers or 0 for k in keys], color=colors)
+    for i, k in enumerate(keys):
+        if k.spills:
+            b.annotate(f"{k.spills} spills", (k.registers or 0, i), fontsize=6, color="red")
+    b.axvline(255, color="r", ls=":", lw=0.8)
+    b.set_xlabel("registers per thread (255: the hardware limit)")
+    a.set_yticks(y, labels, fontsize=5)
+    a.invert_yaxis()
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def status_markdown(runs: Sequence[RecordedRun]) -> str:
+    """One row per recorded run: family, device, commit, date, copy ceiling, rows, status."""
+    lines = ["| run | family | device | commit | date | copy GB/s | rows | kernel source |",
+             "|---" * 8 + "|"]
+    for r in runs:
+        st = r.status()
+        src = st.split(", ")[-1] if "kernel source" in st else "**current** (hash equal)"
+        copy = f"{r.copy_GBps:.0f}" if r.copy_GBps else "-"
+        lines.append(f"| `{r.name}` | {r.family} | {r.record.device} | `{r.record.commit[:7]}` | "
+                     f"{r.record.date[:10]} | {copy} | {len(r.rows)} | {src} |")
+    return "\n".join(lines)
+
+
+def headline_markdown(runs: Sequence[RecordedRun]) -> str:
+    """Each kernel and backend at its largest recorded size: GB/s and fraction of the copy."""
+    lines = ["| run | kernel | backend | size | config | GB/s | of copy |", "|---" * 7 + "|"]
+    for run in runs:
+        for (kernel, backend), r in sorted(largest_point(run.rows).items()):
+            frac = f"{100 * r.fraction_of_copy:.1f} %" if r.fraction_of_copy is not None else "-"
+            lines.append(f"| `{run.name}` | {kernel} | {backend} | {r.size} | {r.config or '-'} | "
+                         f"{r.GBps:.0f} | {frac} |")
+    return "\n".join(lines)
