@@ -23,7 +23,7 @@ import torch
 from dsv4kit.errors import input_error
 from dsv4kit.formats.checks import check_dtype
 
-__all__ = ["REQUIRED", "Arg", "arg_table_markdown", "check_args"]
+__all__ = ["REQUIRED", "Arg", "arg_table_markdown", "check_args", "normalize_scalar"]
 
 REQUIRED = inspect.Parameter.empty
 
@@ -72,7 +72,7 @@ class Arg:
             if self.dtypes:
                 check_dtype(op, self.name, value, *self.dtypes)  # the message every dtype check gives
             return value
-        scalar = _scalar(self.kind, value)
+        scalar = normalize_scalar(self.kind, value)
         if scalar is None or (self.choices and scalar not in self.choices):
             raise input_error(op, self.name, self.expected(), _got(value))
         return scalar
@@ -85,7 +85,7 @@ def _got(value: Any) -> str:
     return type(value).__name__
 
 
-def _scalar(kind: str, value: Any) -> Any:
+def normalize_scalar(kind: str, value: Any) -> Any:
     """The Python scalar ``value`` stands for, or None when it is not one of ``kind``."""
     if kind == "bool":
         return value if isinstance(value, bool) else None

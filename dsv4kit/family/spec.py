@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from dsv4kit.errors import ContractError, KernelInputError, input_error
+from dsv4kit.family.plans import MAX_PLANS, CallPlan, call_signature, plan_for
 from dsv4kit.family.schema import Arg, arg_table_markdown, check_args
 from dsv4kit.jit import JitKernel, registry
 from dsv4kit.platform import BACKENDS, Platform, current_platform
@@ -132,6 +133,7 @@ class FamilySpec:
     folder: str | None = None
     _kernels: dict[tuple[type, Platform], JitKernel] = field(default_factory=dict, compare=False, repr=False)
     _keys: dict[tuple[type, Any], list[Any]] = field(default_factory=dict, compare=False, repr=False)
+    _plans: dict[tuple[Any, ...], CallPlan] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         where = f"FamilySpec({self.name})"
@@ -240,12 +242,37 @@ class FamilySpec:
         return check_args(self.op_name, self.args, values), options
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the op: check the table and the devices, pick the variant and backend, call the kernel."""
+        """Run the op: check the table and the devices, pick the variant and backend, call the kernel.
+
+        The op layer's outcome is kept per argument signature (:mod:`dsv4kit.family.plans`): a call
+        of a signature already checked goes straight to the kernel, which runs its own checks.
+        """
+        sig = call_signature(self.args, OP_OPTIONS, args, kwargs, self._rows)
+        plan = self._plans.get(sig) if sig is not None else None
+        if plan is not None:
+            return plan(args, kwargs)
+        return self.call_checked(*args, _signature=sig, **kwargs)
+
+    def call_checked(self, *args: Any, _signature: tuple[Any, ...] | None = None, **kwargs: Any) -> Any:
+        """The full path of :meth:`call`, whatever plans exist; with ``_signature`` (the call's), the
+        outcome of the op layer's checks is kept as that signature's plan."""
+        sig = _signature
         values, opts = self.bind(*args, **kwargs)
         device = self._check_devices(values, opts["backend"])
+        checked = dict(values)
         variant = values.pop(self.variant_arg) if self.variant_arg else DEFAULT_VARIANT
         kernel = self.kernel(variant, device, opts["backend"], opts["platform"])
+        if sig is not None:
+            if len(self._plans) >= MAX_PLANS:
+                self._plans.clear()
+            self._plans[sig] = plan_for(kernel, opts["platform"] or current_platform(), self.args,
+                                        OP_OPTIONS, args, kwargs, checked, self.variant_arg,
+                                        opts["debug_checks"])
         return kernel(**values, debug_checks=opts["debug_checks"])
+
+    @functools.cached_property
+    def _rows(self) -> dict[str, Arg]:
+        return {a.name: a for a in self.args}
 
     def _check_devices(self, values: Mapping[str, Any], backend: str | None) -> torch.device:
         """Every tensor on the device of ``device_arg`` (spec §2.10), one a backend can run on; the

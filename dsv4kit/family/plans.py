@@ -1,0 +1,125 @@
+"""Call plans: the op layer's checks, done once per argument signature.
+
+An op call binds its arguments to the argument table, runs the table's checks, checks the
+devices and picks the kernel object; with the same *signature* the outcome is always the same.
+The signature holds exactly what those steps read:
+
+* a tensor: its type, dtype and device (the table checks the dtype, §2.10 the device);
+* ``None``: itself;
+* a scalar of a row without ``choices``: its type (``operator.index`` / ``float`` / ``isinstance``
+  accept or refuse by type alone, and normalizing is redone per call);
+* a scalar of a row with ``choices``, and the ``backend`` / ``debug_checks`` options: type and value;
+* the ``platform`` option: the object's identity (the plan holds it, so the id stays unique),
+  or the process's current platform when it is None.
+
+A call whose signature has a plan skips ``inspect.Signature.bind`` and the table checks and goes
+straight to the kernel, which still runs every check of its own (shapes, strides, relations,
+value checks): the fast path removes repeated work, never a check. Any argument the signature
+cannot describe (an unknown keyword, an unhashable value, too many positionals) takes the full
+path, which raises the error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dsv4kit.family.schema import Arg, normalize_scalar
+from dsv4kit.platform import current_platform
+
+__all__ = ["MAX_PLANS", "CallPlan", "call_signature", "plan_for"]
+
+#: Plans kept per op; the table is cleared when full (a long tail of choice values is rare).
+MAX_PLANS = 1024
+
+# Scalars the table accepts or refuses by type alone, and normalizes without failing. Any other
+# type (numpy scalars, 0-d arrays, ...) is described by value: ``operator.index`` of an array
+# depends on its shape, not only its type.
+_BY_TYPE = (int, float, bool, str)
+
+
+def _describe(row: Arg, value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        return (type(value), value.dtype, value.device)
+    if row.kind == "tensor":
+        return (type(value),)  # refused by the table; the full path raises
+    tp = type(value)
+    return tp if tp in _BY_TYPE and not row.choices else (tp, value)
+
+
+def call_signature(args: Sequence[Arg], options: tuple[str, ...], positional: tuple[Any, ...],
+                   keywords: Mapping[str, Any], rows: Mapping[str, Arg]) -> tuple[Any, ...] | None:
+    """The signature of a call (see the module docstring), or None when it cannot be described."""
+    if len(positional) > len(args):
+        return None
+    sig: list[Any] = [len(positional)]
+    sig += [_describe(args[i], v) for i, v in enumerate(positional)]
+    platform = None
+    for name, value in keywords.items():
+        row = rows.get(name)
+        if row is not None:
+            sig.append((name, _describe(row, value)))
+        elif name == "platform":
+            platform = value
+        elif name in options:
+            sig.append((name, type(value), value))
+        else:
+            return None
+    if platform is None:
+        platform = current_platform()
+    sig.append(id(platform))
+    out = tuple(sig)
+    try:
+        hash(out)
+    except TypeError:
+        return None
+    return out
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """What a checked call of one signature resolved to: how to name the arguments, the
+    (normalized) defaults of those left out, and the kernel object with its options."""
+
+    kernel: Any
+    platform: Any                      # held so that the id in the signature stays this object's
+    names: tuple[str, ...]             # op argument names of the positional slots
+    kinds: Mapping[str, str]           # argument name -> table kind (normalizing per call)
+    defaults: Mapping[str, Any]        # arguments the call left out, already normalized
+    drop: tuple[str, ...]              # option names and the variant argument: not kernel arguments
+    debug_checks: bool | None
+
+    def kernel_args(self, positional: tuple[Any, ...], keywords: Mapping[str, Any]) -> dict[str, Any]:
+        """The kernel's keyword arguments for a call of this plan's signature."""
+        values = dict(self.defaults)
+        for name, value in zip(self.names, positional, strict=False):
+            values[name] = value
+        for name, value in keywords.items():
+            values[name] = value
+        for name in self.drop:
+            values.pop(name, None)
+        kinds = self.kinds
+        for name, value in values.items():
+            kind = kinds.get(name)
+            if kind is not None and kind != "tensor" and value is not None:
+                values[name] = normalize_scalar(kind, value)
+        return values
+
+    def __call__(self, positional: tuple[Any, ...], keywords: Mapping[str, Any]) -> Any:
+        return self.kernel(**self.kernel_args(positional, keywords), debug_checks=self.debug_checks)
+
+
+def plan_for(kernel: Any, platform: Any, args: Sequence[Arg], options: tuple[str, ...],
+             positional: tuple[Any, ...], keywords: Mapping[str, Any], checked: Mapping[str, Any],
+             variant_arg: str | None, debug_checks: bool | None) -> CallPlan:
+    """The plan of a call that the full path just checked: ``checked`` its normalized values."""
+    given = {a.name for a in args[: len(positional)]} | set(keywords)
+    defaults = {name: value for name, value in checked.items() if name not in given}
+    drop = tuple(options) + ((variant_arg,) if variant_arg else ())
+    return CallPlan(kernel, platform, tuple(a.name for a in args[: len(positional)]),
+                    {a.name: a.kind for a in args}, defaults, drop, debug_checks)
