@@ -1,0 +1,76 @@
+"""benchmarks/pipeline_gpu.py: its whole flow on CPU (``--cpu-smoke``, Triton interpreter).
+
+The GPU pipeline replay is a scarce device call; this runs the same code paths here (one process per
+configuration, warmup, the request trace against the reference pipeline, the compile counters, the
+report files) on a 3-layer model with tiny limits, so a typo in the script costs no device time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "pipeline_gpu.py"
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("pipeline_gpu", _PATH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["pipeline_gpu"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_cpu_smoke_run_conforms_and_writes_every_file(script, tmp_path: Path) -> None:
+    rc = script.main(["--cpu-smoke", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "report.json").read_text())
+    results = report["results"]
+    assert rc == 0, [(r["config"], r.get("error"), r.get("failures")) for r in results]
+    assert [(r["config"], r["backend"]) for r in results] == [(n, "triton") for n in script.SMOKE_CONFIGS]
+    for r in results:
+        assert r["ok"] and r["warmup_ok"] and r["failures"] == []
+        assert r["steps_ok"] == r["steps_compared"] == r["steps_run"] == r["trace"]["steps"] >= 2
+        assert r["monitor_events"] == [] and r["triton_runtime_compiles"] == 0
+        assert r["cute_runtime_compiles"] is None                        # Triton only on CPU
+        assert r["history_tokens"] == 124 and r["trace"]["cuda_graph_steps"] >= 1
+        assert r["written"]["2/main"] == 1                               # the C128 boundary 127
+        assert r["rules"]["bit-exact"]["bit_identical"] == r["rules"]["bit-exact"]["elements"] > 0
+        assert r["rules"]["compressor"]["elements"] > 0
+    ds, plain = results
+    assert set(ds["family_calls"]) == {"save_partial_states", "c4_compress_ds_mla", "indexer_compress",
+                                       "c128_compress", "c128_norm_rope_store_ds_mla", "indexer_q",
+                                       "dequant_gather"}
+    assert set(plain["family_calls"]) == {"save_partial_states", "c4_compress_plain", "indexer_compress",
+                                          "c128_compress", "c128_norm_rope_store_plain", "indexer_q"}
+    assert plain["settings"]["block_size"] == "64"
+    prov = json.loads((tmp_path / "provenance.json").read_text())
+    assert prov["cpu_smoke"] and prov["script"] == "benchmarks/pipeline_gpu.py"
+    assert set(prov["kernel_source_hash"]) >= set(ds["family_calls"]) | set(plain["family_calls"])
+    assert report["provenance"] == prov
+    md = (tmp_path / "report.md").read_text()
+    assert "CPU smoke" in md and "| flash-default | triton | yes | 3/3 |" in md
+    for n in script.SMOKE_CONFIGS:
+        assert (tmp_path / f"run_{n}_triton.log").read_text().strip()
+
+
+def test_every_configuration_runs_on_both_backends_unless_it_forces_one(script) -> None:
+    todo = script.runs(script.parse_args(["--out", "x"]))
+    names = [n for n, _ in script.CONFIGS]
+    assert len(names) == 8 and {n for n, _ in todo} == set(names)
+    assert ("flash-triton-forced", "triton") in todo and ("flash-triton-forced", "cutedsl") not in todo
+    assert len(todo) == 2 * 8 - 1
+    one = script.parse_args(["--out", "x", "--configs", "pro-default", "--backends", "triton"])
+    assert script.runs(one) == [("pro-default", "triton")]
+    with pytest.raises(SystemExit, match="unknown configuration"):
+        script.runs(script.parse_args(["--out", "x", "--configs", "nope"]))
+
+
+def test_without_a_gpu_the_script_says_so(script, tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(script.torch.cuda, "is_available", lambda: False)
+    assert script.main(["--out", str(tmp_path)]) == 2
+    assert "needs a CUDA device" in capsys.readouterr().err
