@@ -25,38 +25,7 @@ import torch
 from dsv4kit.errors import KernelInputError
 from dsv4kit.family import FamilySpec
 from dsv4kit.kernels import families
-from dsv4kit.kernels.c4_compress.cases import make_case as c4_case
-from dsv4kit.kernels.c128_compress.cases import make_k7_case, make_k8_case
-from dsv4kit.kernels.dequant_gather.cases import make_case as k3_case
-from dsv4kit.kernels.encoders.cases import make_case as store_case
-from dsv4kit.kernels.indexer_q.cases import make_case as iq_case
-from dsv4kit.kernels.rowquant.cases import regime
-from dsv4kit.kernels.save_partial_states.cases import make_case as k4_case
-
-
-def _bound(spec: FamilySpec, args: tuple) -> dict:
-    """Positional case arguments by the op's argument names (the table's leading rows)."""
-    return dict(zip((a.name for a in spec.args), args, strict=False))
-
-
-#: A valid call of each op, by argument name.
-VALID: dict[str, Callable[[FamilySpec], dict]] = {
-    "save_partial_states": lambda spec: k4_case((256, 4, 4), 5, seed=1).kwargs(),
-    "indexer_q": lambda spec: _bound(spec, iq_case(3, seed=1).args()),
-    "dequant_gather": lambda spec: _bound(spec, k3_case([9, 3], [4, 3], block_size=16, seed=1).args()),
-    "rowquant": lambda spec: {"x": regime("normal", 3, 256)},
-    "c4_compress_ds_mla": lambda spec: c4_case(spec.name, lens=(9,), seed=1).fresh().args,
-    "c4_compress_plain": lambda spec: c4_case(spec.name, lens=(9,), fp8_scale=0.5, seed=1).fresh().args,
-    "indexer_compress": lambda spec: c4_case(spec.name, lens=(9,), seed=1).fresh().args,
-    "c128_compress": lambda spec: make_k7_case(lens=(3,), starts=(126,), seed=1).fresh().args,
-    "c128_norm_rope_store_ds_mla": lambda spec: make_k8_case(spec.name, t=5, boundaries=2,
-                                                             seed=1).fresh().args,
-    "c128_norm_rope_store_plain": lambda spec: make_k8_case(spec.name, t=5, boundaries=2, fp8_scale=0.5,
-                                                            seed=1).fresh().args,
-    "store_rows_ds": lambda spec: store_case(spec.name, 5, seed=1).fresh().args,
-    "store_rows_plain": lambda spec: store_case(spec.name, 5, fp8_scale=0.5, seed=1).fresh().args,
-    "store_rows_indexer": lambda spec: store_case(spec.name, 5, seed=1).fresh().args,
-}
+from dsv4kit.testing.valid_calls import VALID
 
 OTHER_DTYPE = {torch.float32: torch.float64, torch.bfloat16: torch.float16, torch.int64: torch.int32,
                torch.int32: torch.int64, torch.uint8: torch.int8, torch.float8_e4m3fn: torch.float8_e5m2}

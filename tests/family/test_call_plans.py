@@ -13,22 +13,22 @@ from typing import Any
 
 import pytest
 import torch
-from test_bad_input_matrix import CASES, SCALAR_CASES, VALID
+from test_bad_input_matrix import CASES, SCALAR_CASES
 
 from dsv4kit.family import FamilySpec
 from dsv4kit.family.plans import call_signature
-from dsv4kit.family.schema import REQUIRED
 from dsv4kit.family.spec import OP_OPTIONS
 from dsv4kit.kernels import families
 from dsv4kit.platform import cpu_platform
+from dsv4kit.testing.valid_calls import VALID, valid_call
 
 SPECS = {spec.name: spec for spec in families()}
 
 
 def _valid(spec: FamilySpec) -> dict[str, Any]:
-    """The valid call with every argument given, defaults too: a mutated call then has the same
-    keywords, so only the mutated value can tell the two signatures apart."""
-    return {**{a.name: a.default for a in spec.args if a.default is not REQUIRED}, **VALID[spec.name](spec)}
+    # Every argument given, defaults too: a mutated call then has the same keywords, so only the
+    # mutated value can tell the two signatures apart.
+    return valid_call(spec, with_defaults=True)
 
 
 def _twin(t: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,137 @@
+"""Host overhead per op call: what Python costs before the kernel runs, and where it goes.
+
+For every public op (its small valid call from :mod:`dsv4kit.testing.valid_calls`) and every
+backend that runs here, three paths, each timed as the best of ``--repeats`` means over
+``--calls`` back-to-back calls (no synchronize):
+
+* ``op full``: :meth:`FamilySpec.call_checked`, the path every call took before call plans;
+* ``op planned``: the public op with its signature planned (:mod:`dsv4kit.family.plans`);
+* ``kernel``: the kernel object called directly (its own checks, dispatch, lookup, launch).
+
+``--executor noop`` (the only choice on a CPU) replaces the warmed executors with a function
+that does nothing, so the numbers are validation + dispatch + executor lookup + argument
+building, without the launcher; ``real`` (GPU) keeps the launcher. A cProfile of the planned
+path gives the top functions by own time. Nothing is launched under ``noop``.
+
+    python benchmarks/host_overhead.py --out benchmarks/results/host_overhead_cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dsv4kit.bench import provenance, write_json
+from dsv4kit.family import FamilySpec
+from dsv4kit.family.spec import DEFAULT_VARIANT
+from dsv4kit.kernels import families
+from dsv4kit.platform import current_platform
+from dsv4kit.testing.valid_calls import valid_call
+
+
+def _mean_us(fn: Any, calls: int, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls * 1e6)
+    return best
+
+
+def _variant(spec: FamilySpec, call: dict[str, Any]) -> str:
+    if spec.variant_arg is None:
+        return DEFAULT_VARIANT
+    default = next(a.default for a in spec.args if a.name == spec.variant_arg)
+    return call.get(spec.variant_arg, default)
+
+
+def _noop_executors(kernel: Any) -> None:
+    cache = kernel._executor_cache()
+    for key in list(cache):
+        cache[key] = lambda *args: None
+
+
+def _profile(fn: Any, calls: int, top: int) -> list[str]:
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    lines = [ln.rstrip() for ln in out.getvalue().splitlines() if ln.strip()]
+    start = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("ncalls"))
+    return [ln.replace(str(Path.cwd()) + "/", "") for ln in lines[start:]]
+
+
+def measure(spec: FamilySpec, backend: str, device: str, executor: str, calls: int, repeats: int,
+            top: int) -> dict[str, Any]:
+    """One op on one backend: the three paths' mean µs per call and a profile of the planned path."""
+    call = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in valid_call(spec).items()}
+    kernel = spec.kernel(_variant(spec, call), torch.device(device), backend)
+    spec.op(**call, backend=backend)                  # warms the key and plans the signature
+    if executor == "noop":
+        _noop_executors(kernel)
+    kernel_args = {k: v for k, v in call.items() if k != spec.variant_arg}
+    paths = {
+        "op full": lambda: spec.call_checked(**call, backend=backend),
+        "op planned": lambda: spec.op(**call, backend=backend),
+        "kernel": lambda: kernel(**kernel_args),
+    }
+    for fn in paths.values():                         # every path runs once before it is timed
+        fn()
+    row: dict[str, Any] = {"family": spec.name, "op": spec.op_name, "kernel": kernel.name, "backend": backend,
+                           "executor": executor, "calls": calls, "repeats": repeats}
+    row.update({f"{name} us": round(_mean_us(fn, calls, repeats), 2) for name, fn in paths.items()})
+    if device == "cuda":
+        torch.cuda.synchronize()
+    row["profile (op planned)"] = _profile(paths["op planned"], calls, top)
+    type(kernel).clear_cache()                        # the no-op executors must not outlive the run
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="directory for host_overhead.json")
+    p.add_argument("--calls", type=int, default=500)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--top", type=int, default=12, help="profile lines per op")
+    p.add_argument("--executor", choices=("noop", "real"), default="noop")
+    p.add_argument("--families", default="", help="comma-separated family names (default: all)")
+    args = p.parse_args(argv)
+    plat = current_platform()
+    device = "cuda" if plat.is_cuda else "cpu"
+    if args.executor == "real" and device == "cpu":
+        p.error("--executor real needs a GPU (on a CPU the launch is the Triton interpreter)")
+    backends = ["triton"] + (["cutedsl"] if plat.is_cuda and plat.cutedsl else [])
+    wanted = {f for f in args.families.split(",") if f}
+    rows = []
+    for spec in families():
+        if wanted and spec.name not in wanted:
+            continue
+        for backend in backends:
+            row = measure(spec, backend, device, args.executor, args.calls, args.repeats, args.top)
+            print(f"{row['op']:<32} {backend:<8} full {row['op full us']:8.1f}  planned "
+                  f"{row['op planned us']:8.1f}  kernel {row['kernel us']:8.1f} us", flush=True)
+            rows.append(row)
+    out = Path(args.out)
+    write_json(out / "host_overhead.json", {
+        "provenance": provenance({"platform": str(plat), "executor": args.executor}),
+        "method": "best of repeats of the mean over back-to-back calls; noop: executors replaced by a "
+                  "function doing nothing (validation, dispatch, lookup, argument building; no launcher)",
+        "rows": rows})
+    print(f"wrote {out / 'host_overhead.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""One small valid call of every public op, by argument name, from the family's seeded cases.
+
+The bad-input matrix mutates these argument by argument; the host-overhead benchmark times them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dsv4kit.family import FamilySpec
+from dsv4kit.family.schema import REQUIRED
+from dsv4kit.kernels.c4_compress.cases import make_case as c4_case
+from dsv4kit.kernels.c128_compress.cases import make_k7_case, make_k8_case
+from dsv4kit.kernels.dequant_gather.cases import make_case as k3_case
+from dsv4kit.kernels.encoders.cases import make_case as store_case
+from dsv4kit.kernels.indexer_q.cases import make_case as iq_case
+from dsv4kit.kernels.rowquant.cases import regime
+from dsv4kit.kernels.save_partial_states.cases import make_case as k4_case
+
+__all__ = ["VALID", "bound", "valid_call"]
+
+
+def bound(spec: FamilySpec, args: tuple) -> dict[str, Any]:
+    """Positional case arguments by the op's argument names (the table's leading rows)."""
+    return dict(zip((a.name for a in spec.args), args, strict=False))
+
+
+#: A valid call of each op (by family name), by argument name; fresh tensors on every call.
+VALID: dict[str, Callable[[FamilySpec], dict[str, Any]]] = {
+    "save_partial_states": lambda spec: k4_case((256, 4, 4), 5, seed=1).kwargs(),
+    "indexer_q": lambda spec: bound(spec, iq_case(3, seed=1).args()),
+    "dequant_gather": lambda spec: bound(spec, k3_case([9, 3], [4, 3], block_size=16, seed=1).args()),
+    "rowquant": lambda spec: {"x": regime("normal", 3, 256)},
+    "c4_compress_ds_mla": lambda spec: c4_case(spec.name, lens=(9,), seed=1).fresh().args,
+    "c4_compress_plain": lambda spec: c4_case(spec.name, lens=(9,), fp8_scale=0.5, seed=1).fresh().args,
+    "indexer_compress": lambda spec: c4_case(spec.name, lens=(9,), seed=1).fresh().args,
+    "c128_compress": lambda spec: make_k7_case(lens=(3,), starts=(126,), seed=1).fresh().args,
+    "c128_norm_rope_store_ds_mla": lambda spec: make_k8_case(spec.name, t=5, boundaries=2,
+                                                             seed=1).fresh().args,
+    "c128_norm_rope_store_plain": lambda spec: make_k8_case(spec.name, t=5, boundaries=2, fp8_scale=0.5,
+                                                            seed=1).fresh().args,
+    "store_rows_ds": lambda spec: store_case(spec.name, 5, seed=1).fresh().args,
+    "store_rows_plain": lambda spec: store_case(spec.name, 5, fp8_scale=0.5, seed=1).fresh().args,
+    "store_rows_indexer": lambda spec: store_case(spec.name, 5, seed=1).fresh().args,
+}
+
+
+def valid_call(spec: FamilySpec, *, with_defaults: bool = False) -> dict[str, Any]:
+    """The valid call of ``spec``; ``with_defaults``: every argument given, defaults too."""
+    call = VALID[spec.name](spec)
+    if not with_defaults:
+        return call
+    return {**{a.name: a.default for a in spec.args if a.default is not REQUIRED}, **call}

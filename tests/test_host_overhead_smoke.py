@@ -1,0 +1,44 @@
+"""benchmarks/host_overhead.py on CPU: every path timed, a profile kept, the no-op executors gone after."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsv4kit.kernels import families
+
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "host_overhead.py"
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("host_overhead", _PATH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["host_overhead"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_host_overhead_times_three_paths_and_leaves_no_noop_executor(script, tmp_path: Path) -> None:
+    argv = ["--out", str(tmp_path), "--families", "rowquant", "--calls", "5", "--repeats", "1"]
+    assert script.main(argv) == 0
+    result = json.loads((tmp_path / "host_overhead.json").read_text())
+    (row,) = result["rows"]
+    assert row["op"] == "rowquant" and row["executor"] == "noop" and row["backend"] == "triton"
+    assert all(row[f"{p} us"] > 0 for p in ("op full", "op planned", "kernel"))
+    assert row["profile (op planned)"][0].lstrip().startswith("ncalls")
+    assert result["provenance"]["device"] == "cpu"
+    # The no-op executors were dropped: the next real call compiles (or loads) the key again and runs it.
+    spec = next(s for s in families() if s.name == "rowquant")
+    kernel = spec.kernel()
+    assert kernel.compiled_keys() == []
+
+
+def test_a_real_executor_needs_a_gpu(script, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exc:
+        script.main(["--out", str(tmp_path), "--executor", "real"])
+    assert exc.value.code == 2
