@@ -146,8 +146,13 @@ def test_drill_table_and_gpu_table() -> None:
     md = vp.drill_table_markdown(caught).splitlines()
     assert md[2].startswith(f"| 1 | {TRAPS[1]} | configuration check | `cos_sin_cache` | cos_sin_cache: ")
     assert "\\|" in md[2]
-    assert md[3] == f"| 2 | {TRAPS[2]} | monitor | `coarsen` (NOT named) | K: compile after warmup |"
+    assert md[3] == f"| 2 | {TRAPS[2]} | monitor | `coarsen` (NOT named) | K: compile after warmup " \
+        "other: warmed 1, requested 4 |"
     assert Caught(2, "monitor", "coarsen", "x coarsen: warmed 1").names_field
+    long = Caught(2, "monitor", "coarsen", "K: unwarmed key (" + "a=1, " * 40 + "); nearest (...) differs in "
+                  "coarsen: warmed 1, requested 4")
+    assert long.excerpt() == "...differs in coarsen: warmed 1, requested 4"
+    assert vp._key_labels([]) == []
     gpu = vp.pipeline_gpu_table_markdown([
         {"config": "flash-default", "backend": "cutedsl", "ok": True, "steps_run": 6, "op_calls": 900,
          "steps_ok": 6, "steps_compared": 6, "triton_runtime_compiles": 0, "cute_runtime_compiles": 0,

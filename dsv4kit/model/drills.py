@@ -88,6 +88,16 @@ class Caught:
     def first_line(self) -> str:
         return self.message.strip().splitlines()[0] if self.message.strip() else ""
 
+    def excerpt(self, width: int = 110) -> str:
+        """The part of the message that names the field: from ``differs in`` when the monitor names a
+        nearest warmed key, else around the field's first mention, else the first line."""
+        text = " ".join(self.message.split())
+        at = text.find("differs in ")
+        if at < 0:
+            at = max(0, text.find(self.field) - 30) if self.field in text else 0
+        out = text[at:at + width]
+        return ("..." if at else "") + out + ("..." if at + width < len(text) else "")
+
 
 def build(preset: ModelPreset | str = DSV4_FLASH, platform: Platform | str = "sm_90a",
           **settings: Any) -> tuple[DSv4AttentionStack, WarmupRegistry]:

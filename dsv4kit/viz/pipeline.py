@@ -161,16 +161,31 @@ def family_coverage_rows(ledger: KeyLedger, families: Sequence[FamilySpec]) -> l
     return rows
 
 
+def _key_labels(keys: Sequence[Any]) -> list[str]:
+    """Short cell labels: the fields that differ among a kernel's keys (one key: its last two)."""
+    import dataclasses
+
+    if not keys:
+        return []
+    if not dataclasses.is_dataclass(keys[0]):
+        return [format_key(k) for k in keys]
+    names = [f.name for f in dataclasses.fields(keys[0])]
+    vary = [n for n in names if len({str(getattr(k, n)) for k in keys}) > 1] or names[-2:]
+    return ["\n".join(f"{n}={str(getattr(k, n)).removeprefix('torch.')}" for n in vary) for k in keys]
+
+
 def plot_family_coverage(ledger: KeyLedger, families: Sequence[FamilySpec],
                          title: str = "warmup coverage, every family") -> Any:
     """A heatmap over every family of ``families`` at once: one row per kernel (grouped by family;
-    a family none of whose kernels is in the ledger shows an empty row), one cell per key coloured
-    used / dead / missed (:data:`~dsv4kit.viz.coverage.STATUS_COLORS`) with its request count, and
+    a family none of whose kernels is in the ledger shows an empty row), one cell per key (labelled
+    with the fields that differ among the kernel's keys) coloured used / dead / missed
+    (:data:`~dsv4kit.viz.coverage.STATUS_COLORS`) with its request count, and
     four count columns: keys warmed, requested, missed, dead. Returns the Figure."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch, Rectangle
 
     rows = family_coverage_rows(ledger, families)
+    labels_of = {r["kernel"]: _key_labels(list(ledger.status(r["kernel"]))) for r in rows if r["kernel"]}
     statuses = [ledger.status(r["kernel"]) if r["kernel"] else {} for r in rows]
     width = max((len(s) for s in statuses), default=1)
     counts = ("warmed", "requested", "missed", "dead")
@@ -184,9 +199,8 @@ def plot_family_coverage(ledger: KeyLedger, families: Sequence[FamilySpec],
         for col, (key, st) in enumerate(status.items()):
             ax.add_patch(Rectangle((col, row), 0.95, 0.9, color=STATUS_COLORS[st]))
             calls = ledger.requested.get(r["kernel"], {}).get(key, 0)
-            label = format_key(key).strip("()").replace(", ", "\n")
-            ax.text(col + 0.47, row + 0.45, f"{label}\ncalls={calls}", ha="center", va="center",
-                    fontsize=4.5, color="white")
+            ax.text(col + 0.47, row + 0.45, f"{labels_of[r['kernel']][col]}\ncalls={calls}", ha="center",
+                    va="center", fontsize=6, color="white")
         for j, name in enumerate(counts):
             n = r[name]
             color = {"missed": STATUS_COLORS["missed"], "dead": STATUS_COLORS["dead"]}.get(name, "#1565c0")
@@ -211,10 +225,11 @@ def plot_family_coverage(ledger: KeyLedger, families: Sequence[FamilySpec],
 
 
 def drill_table_markdown(caught: Iterable[Caught]) -> str:
-    """One row per trap drill: trap, title, what caught it, the field named, the message's first line."""
-    lines = ["| trap | what | caught by | field named | message (first line) |", "|---" * 5 + "|"]
+    """One row per trap drill: trap, title, what caught it, the field named, where the message names it."""
+    lines = ["| trap | what | caught by | field named | the message, where it names the field |",
+             "|---" * 5 + "|"]
     for c in sorted(caught, key=lambda c: c.trap):
-        msg = c.first_line.replace("|", "\\|")
+        msg = c.excerpt().replace("|", "\\|")
         msg = msg if len(msg) <= 120 else msg[:117] + "..."
         named = "" if c.names_field else " (NOT named)"
         lines.append(f"| {c.trap} | {c.title} | {c.by} | `{c.field}`{named} | {msg} |")
