@@ -4,10 +4,12 @@
     dsv4kit coverage [same options] [--trace decode|prefill|mixed|all] [--steps N] [--plot FILE]
                      [--json FILE|-]
     dsv4kit cache    ls | verify | clear | export FILE | import FILE   [--cache-dir DIR]
+    dsv4kit bench    [--family F] [--backend B] [--sizes ...] [--json FILE]   (a GPU; else exit 2)
+    dsv4kit inspect  KERNEL [FIELD=VALUE ...] [--arch sm_90a] [--regs|--ptx|--sass]
 
 warmup and coverage load the keys an artifact store holds (``--cache-dir``, default
 ``$DSV4KIT_CACHE_DIR`` or the user cache dir; ``--no-cache``: none) and compile the others in
-``--jobs`` worker processes (default: the CPU count).
+``--jobs`` worker processes (default: the CPU count, or 1 on a machine of 2 cores or fewer).
 
 ``--json FILE`` writes a machine-readable report (``-``: to stdout, the text report then goes to
 stderr). The coverage report (``"schema": "dsv4kit.coverage/1"``) holds, per kernel, the keys
@@ -107,7 +109,10 @@ def _positive(value: str) -> int:
 
 
 def _default_jobs() -> int:
-    return max(1, os.cpu_count() or 1)
+    # A worker pays 3-5 s of imports before it compiles anything: on 2 cores a cold DSv4-Flash
+    # warmup took 10.7 s in-process and 15.7 s with 2 workers (benchmarks/results/warmup_cpu/).
+    cores = os.cpu_count() or 1
+    return 1 if cores <= 2 else cores
 
 
 # --------------------------------------------------------------------------- parser
@@ -198,9 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_subcommands(sub: Any) -> None:
-    from dsv4kit import cache_cli
+    from dsv4kit import bench_cli, cache_cli
 
     cache_cli.add_parser(sub)
+    bench_cli.add_bench_parsers(sub)
 
 
 # --------------------------------------------------------------------------- building

@@ -115,18 +115,22 @@ def test_launch_needs_a_gpu(capsys) -> None:
     assert rc == 2 and "--launch: needs a CUDA device" in err
 
 
-def test_jobs_prefetch_in_worker_processes(tmp_path) -> None:
-    """--jobs 2 compiles the Triton keys in two processes into the on-disk cache, then loads them.
+def test_jobs_compile_in_worker_processes_into_the_store(tmp_path) -> None:
+    """--jobs 2 compiles the keys in two processes into the artifact store, then loads them; a second
+    run is all hits.
 
     Run as a user would, in a fresh process: the in-process load must find every entry the
     workers wrote (a test process that earlier tests changed could miss some and recompile)."""
     env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "triton")}
-    proc = subprocess.run([sys.executable, "-m", "dsv4kit", "warmup", "--no-progress", "--jobs", "2",
-                           "--arch", "sm_100a"], capture_output=True, text=True, env=env, timeout=600)
+    cmd = [sys.executable, "-m", "dsv4kit", "warmup", "--no-progress", "--jobs", "2", "--arch", "sm_100a",
+           "--cache-dir", str(tmp_path / "store")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     rc, out = proc.returncode, proc.stdout
-    assert rc == 0 and "--jobs 2: 14 Triton key(s) compiled in worker processes first" in out, proc.stderr
-    assert len(list((tmp_path / "triton").iterdir())) == 14    # one cache entry per key, from the workers
+    assert rc == 0 and "store: 0 hit(s), 14 compiled (14 in 2 worker processes, --jobs 2)" in out, \
+        proc.stderr[-2000:]
     assert "0 failure(s)" in out
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0 and "store: 14 hit(s), 0 compiled" in again.stdout, again.stderr[-2000:]
 
 
 def test_entry_point_and_module() -> None:
@@ -154,9 +158,10 @@ def test_warmup_failure_exits_1(capsys, monkeypatch) -> None:
         return real(self, key)
 
     monkeypatch.setattr(DequantGatherTriton, "compile", broken)
-    rc, out, err = run_main(capsys, "warmup", "--no-progress")
+    # --no-cache: a store hit would load the key without calling compile.
+    rc, out, err = run_main(capsys, "warmup", "--no-progress", "--no-cache")
     assert rc == 1
     assert "14 key(s)" in out and "1 failure(s)" in out
     assert "FAILED DequantGatherTriton" in err and "ptxas exploded" in err
-    rc, out, _ = run_main(capsys, "coverage", "--no-progress", "--steps", "2")
+    rc, out, _ = run_main(capsys, "coverage", "--no-progress", "--no-cache", "--steps", "2")
     assert rc == 1 and "coverage" not in out.split("failure(s)")[-1]    # no replay after a failed warmup
