@@ -84,9 +84,11 @@ def test_import_of_a_missing_file_is_a_usage_error(capsys, tmp_path) -> None:
     assert rc == 2 and "is not a file" in out
 
 
-def test_jobs_default_is_the_cpu_count() -> None:
+@pytest.mark.parametrize("cores, jobs", [(None, 1), (1, 1), (2, 1), (3, 3), (16, 16)])
+def test_jobs_default_is_the_cpu_count_above_two_cores(monkeypatch, cores, jobs) -> None:
     import os
 
     from dsv4kit.cli import build_parser
 
-    assert build_parser().parse_args(["warmup"]).jobs == max(1, os.cpu_count() or 1)
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    assert build_parser().parse_args(["warmup"]).jobs == jobs

@@ -90,6 +90,7 @@ __all__ = [
     "count_triton_compiles",
     "int_class",
     "restore_triton_group",
+    "settle_cache_key",
 ]
 
 K = TypeVar("K")
@@ -376,6 +377,34 @@ def count_triton_compiles() -> Iterator[TritonCompileCounter]:
         knobs.runtime.jit_post_compile_hook = prev
 
 
+# --------------------------------------------------------------------------- Triton's cache key
+
+# ``JITFunction.cache_key`` (triton 3.6) merges a callee's ``used_global_vals`` into the caller's
+# *before* it computes the callee's key, so a callee hashed for the first time contributes no
+# globals: a kernel's hash then depends on which kernels were hashed before it in the process
+# (seen: C128StorePlainTriton for sm_100a hashed differently after a DSv4-Flash warmup than in a
+# fresh process, with identical cubin and PTX). The artifact store and Triton's on-disk cache are
+# keyed by that hash, so dsv4kit settles every kernel function once, callees first, before it is
+# compiled: the key is then the one a process gets whatever it compiled before.
+_SETTLED: set[int] = set()
+
+
+def _callees(fn: JITFunction) -> list[JITFunction]:
+    names = fn.fn.__code__.co_names
+    return [v for n in names if isinstance(v := fn.__globals__.get(n), JITFunction) and v is not fn]
+
+
+def settle_cache_key(fn: JITFunction) -> str:
+    """``fn.cache_key`` computed with every callee's key (and globals) settled first; once per function."""
+    if id(fn) not in _SETTLED:
+        _SETTLED.add(id(fn))  # before the callees: a recursive call graph terminates
+        for callee in _callees(fn):
+            settle_cache_key(callee)
+        with fn._hash_lock:
+            fn.hash = None  # a key computed before this (callees unsettled) is recomputed
+    return fn.cache_key
+
+
 # --------------------------------------------------------------------------- the artifact store
 
 # What cuobjdump reports of a cubin (dsv4kit.backends._common.cubin_resources).
@@ -578,6 +607,7 @@ class TritonJitKernel(JitKernel[K]):
         cap = arch_capability(arch)
         t0 = time.perf_counter()
         fn = self.kernel_fn
+        settle_cache_key(fn)
         kwargs = _run_kwargs(fn, self._options(key))
         bound, spec, opts = _binder(fn, cap)(*self.warmup_inputs(key), **kwargs)
         # The same packing JITFunction.run does before it compiles (signature, constexprs, attrs).
@@ -608,6 +638,7 @@ class TritonJitKernel(JitKernel[K]):
         with compiling(), _INTERP_LOCK:  # see compile_for: no compile while the interpreter runs
             if self.platform.is_cuda and torch.cuda.is_available():
                 args = self.warmup_inputs(key)
+                settle_cache_key(self.kernel_fn)
                 ck = self.kernel_fn.warmup(*args, grid=(1,), **self._options(key))
                 if ck is None:
                     raise RuntimeError(f"{self.name}: Triton skipped the compile of {key} (a jit_cache_hook "
