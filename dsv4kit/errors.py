@@ -7,6 +7,7 @@ Every message follows one shape so that a user can grep for it:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 __all__ = [
     "ContractError",
@@ -51,18 +52,25 @@ class MissingExecutorError(RuntimeError):
 class UnwarmedKeyError(RuntimeError):
     """A compile was requested after warmup while the JIT monitor is in ``error`` mode."""
 
-    def __init__(self, kernel: str, key: object, nearest: object | None, diff: dict[str, tuple]):
+    def __init__(self, kernel: str, key: object, nearest: object | None, diff: dict[str, tuple],
+                 also_near: Sequence[tuple[object, dict[str, tuple]]] = ()):
         self.kernel = kernel
         self.key = key
         self.nearest = nearest
         self.diff = diff
+        #: Other warmed keys as near as ``nearest`` (as many differing fields), with their diffs:
+        #: with two candidates one field away each, either field may be the misconfiguration.
+        self.also_near = list(also_near)
         if nearest is None:
             hint = "no key of this kernel was warmed"
         else:
-            fields = ", ".join(f"{name}: warmed {_short(w)}, requested {_short(r)}"
-                               for name, (w, r) in diff.items())
-            hint = f"nearest warmed key {format_key(nearest)} differs in {fields}"
+            hint = f"nearest warmed key {format_key(nearest)} differs in {_fields(diff)}"
+            hint += "".join(f"; equally near, {format_key(k)} differs in {_fields(d)}" for k, d in also_near)
         super().__init__(f"{kernel}: compile after warmup for unwarmed key {format_key(key)}; {hint}")
+
+
+def _fields(diff: dict[str, tuple]) -> str:
+    return ", ".join(f"{name}: warmed {_short(w)}, requested {_short(r)}" for name, (w, r) in diff.items())
 
 
 class WarmupError(RuntimeError):

@@ -29,6 +29,8 @@ __all__ = [
     "key_diff",
     "forget_runtime_compiles",
     "nearest_key",
+    "nearest_keys",
+    "unwarmed_key_error",
     "register_monitor_hook",
 ]
 
@@ -72,16 +74,34 @@ def key_diff(warmed: Any, requested: Any) -> dict[str, tuple[Any, Any]]:
     }
 
 
-def nearest_key(requested: Any, warmed: Iterable[Any]) -> Any | None:
-    """The warmed key with the fewest differing fields (first one on ties), or None."""
-    best, best_n = None, None
+def nearest_keys(requested: Any, warmed: Iterable[Any]) -> list[Any]:
+    """The warmed keys with the fewest differing fields, in warm order (empty: none of its class)."""
+    best: list[Any] = []
+    best_n = None
     for w in warmed:
         if type(w) is not type(requested):
             continue
         n = len(key_diff(w, requested))
         if best_n is None or n < best_n:
-            best, best_n = w, n
+            best, best_n = [w], n
+        elif n == best_n:
+            best.append(w)
     return best
+
+
+def nearest_key(requested: Any, warmed: Iterable[Any]) -> Any | None:
+    """The warmed key with the fewest differing fields (the first warmed on ties), or None."""
+    near = nearest_keys(requested, warmed)
+    return near[0] if near else None
+
+
+def unwarmed_key_error(kernel: str, key: Any, warmed: Iterable[Any]) -> UnwarmedKeyError:
+    """The error for ``key`` of ``kernel``, naming the nearest warmed key and every equally near one."""
+    near = nearest_keys(key, warmed)
+    if not near:
+        return UnwarmedKeyError(kernel, key, None, {})
+    return UnwarmedKeyError(kernel, key, near[0], key_diff(near[0], key),
+                            [(k, key_diff(k, key)) for k in near[1:]])
 
 
 @dataclass(frozen=True)
@@ -148,8 +168,7 @@ class JitMonitor:
         key is taken among keys that were warmed, not among keys compiled at runtime.
         """
         warmed = [w for w in warmed if (kernel, w) not in _RUNTIME_COMPILED]
-        nearest = nearest_key(key, warmed)
-        err = UnwarmedKeyError(kernel, key, nearest, key_diff(nearest, key) if nearest is not None else {})
+        err = unwarmed_key_error(kernel, key, warmed)
         monitors = list(_ACTIVE) if self in _ACTIVE else [*_ACTIVE, self]
         for m in monitors:
             m._record(CompileEvent(kernel, key, source), err)

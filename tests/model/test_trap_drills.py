@@ -223,9 +223,13 @@ def test_trap_10_explicit_gather_lens() -> None:
     err = info.value
     assert err.kernel == "DequantGatherTriton" and err.key == K3(block_size=64, has_gather_lens=True)
     assert "has_gather_lens=True" in str(err)
-    # Two warmed keys are one field away, (256, True) and (64, False); the first warmed one is named.
+    # Two warmed keys are one field away, (256, True) and (64, False): both are named, the first
+    # warmed as the nearest, the other as equally near, so the real cause (has_gather_lens) shows.
     assert err.nearest == K3(256, True)
     names_field(err, "block_size", 256, 64)
+    assert err.also_near == [(K3(64, False), {"has_gather_lens": (False, True)})]
+    assert "equally near, (block_size=64, has_gather_lens=False) differs in " \
+           + field_phrase("has_gather_lens", False, True) in str(err)
     # Without gather_lens the same pages are the warmed (64, False).
     case = make_k3_case([5, 9], None, block_size=64)
     with JitMonitor("error"):
