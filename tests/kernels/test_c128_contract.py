@@ -10,6 +10,8 @@ the configuration is made.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -28,6 +30,8 @@ from dsv4kit.kernels.c128_compress.cases import (
     make_k8_case,
 )
 from dsv4kit.kernels.save_partial_states import save_partial_states
+from dsv4kit.model.presets import DSV4_FLASH, CompressorPreset
+from dsv4kit.model.stack import DSv4AttentionStack
 from dsv4kit.platform import cpu_platform
 
 P = cpu_platform("sm_90a")
@@ -128,6 +132,19 @@ def test_a_state_block_size_other_than_8_raises() -> None:
         with pytest.raises(KernelInputError, match=r"state_cache: expected shape\[1\] \(state block size\) "
                                                    rf"== 8, got shape \(64, {sbs}, 1024\)"):
             SPECS[K7].op(**bad)
+
+
+def test_a_model_with_another_c128_state_block_size_is_refused_when_configured() -> None:
+    """Trap 5 at model level: K4 would write 16-row blocks that K7 cannot pool; the stack refuses
+    the preset while it is built, naming the field, instead of failing at the first boundary."""
+    c128 = CompressorPreset(ratio=128, head_dim=512, state_block_size=16)
+    preset = dataclasses.replace(DSV4_FLASH, c128=c128)
+    with pytest.raises(KernelInputError,
+                       match=r"C128CompressConfig: state_block_size: expected 8 .*trap 5.*, got 16"):
+        DSv4AttentionStack(preset, cpu_platform("sm_90a"))
+    with pytest.raises(KernelInputError, match="state_block_size"):
+        C128CompressConfig(state_block_size=4)
+    assert C128CompressConfig().state_block_size == 8
 
 
 # --------------------------------------------------------------------------- chains

@@ -73,6 +73,9 @@ class C128CompressConfig:
 
     ``k_cache_geometry``: ``(kv_bs, page stride in bytes)`` of the bound fp8_ds_mla cache, when
     the runtime's cache exists (:meth:`with_cache`); None derives it from B and the allocator rule.
+    ``state_block_size``: rows per block of the runtime's C128 state cache; K7 pools 16 whole
+    blocks of 8, so any other value is refused here, when the model is configured (trap 5), not
+    at the first C128 boundary of a serving step.
     """
 
     cache_block_size: int = 256
@@ -80,9 +83,13 @@ class C128CompressConfig:
     cache_dtype: str = "fp8_ds_mla"
     norm_weight_dtype: str = "bfloat16"
     k_cache_geometry: tuple[int, int] | None = None
+    state_block_size: int = STATE_BLOCK_SIZE
 
     def __post_init__(self) -> None:
         where = "C128CompressConfig"
+        if self.state_block_size != STATE_BLOCK_SIZE or isinstance(self.state_block_size, bool):
+            why = f"{STATE_BLOCK_SIZE} (K7 pools 16 whole blocks of 8 state rows; spec §2.11 trap 5)"
+            raise input_error(where, "state_block_size", why, repr(self.state_block_size))
         b = self.cache_block_size
         if isinstance(b, bool) or not isinstance(b, int) or b < 0:
             raise input_error(where, "cache_block_size", "an int >= 0", repr(b))
@@ -182,7 +189,7 @@ class C128CompressBase(JitKernel[Any]):
         head_size: int = fixed(512)
         state_width: int = fixed(512)
         #: Trap 5: the window is 16 whole blocks of 8 rows; other block sizes raise before dispatch.
-        state_block_size: int = fixed(8)
+        state_block_size: int = fixed(STATE_BLOCK_SIZE)
 
     def dispatch(self, state_cache):
         return self.CompileKey(
@@ -508,7 +515,8 @@ class C128StorePlainBase(C128StoreBase):
 def _config(stack: Any, layer: Any) -> C128CompressConfig | None:
     if layer.compress_ratio != RATIO:
         return None
-    return C128CompressConfig(stack.block_size, (RATIO,), stack.cache_dtype, stack.norm_weight_dtype)
+    return C128CompressConfig(stack.block_size, (RATIO,), stack.cache_dtype, stack.norm_weight_dtype,
+                              state_block_size=stack.preset.c128.state_block_size)
 
 
 def _gated(contract: Any):
