@@ -43,7 +43,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 import time
 import traceback
@@ -57,6 +56,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import torch  # noqa: E402
 from replay_gpu import CONFIGS  # noqa: E402
+
+from dsv4kit.bench import run_child  # noqa: E402
 
 SCRIPT = "benchmarks/pipeline_gpu.py"
 BACKENDS = ("cutedsl", "triton")
@@ -276,12 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                "--max-num-seqs", str(args.max_num_seqs)] + (["--cpu-smoke"] if args.cpu_smoke else [])
         log(f"--- {name} / {backend}")
         t0 = time.perf_counter()
-        try:
-            run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
-            rc, text = run.returncode, run.stdout + run.stderr
-        except subprocess.TimeoutExpired as exc:
-            rc, text = -1, f"timed out after {args.timeout} s\n{exc.stdout or ''}{exc.stderr or ''}"
-        text = text if isinstance(text, str) else str(text)
+        rc, text = run_child(cmd, env, args.timeout)
         (out / f"run_{name}_{backend}.log").write_text(text)
         path = out / f"run_{name}_{backend}.json"
         if rc == 0 and path.exists():

@@ -36,7 +36,6 @@ import argparse
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,6 +44,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
+
+from dsv4kit.bench import run_child  # noqa: E402
 
 CONFIGS: list[tuple[str, dict]] = [
     ("flash-default", dict(preset="flash")),
@@ -199,12 +200,8 @@ def main() -> int:
         cmd += ["--max-model-len", str(args.max_model_len)] if args.max_model_len else []
         log(f"--- {name}")
         t0 = time.perf_counter()
-        try:
-            run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
-            rc, text = run.returncode, run.stdout + run.stderr
-        except subprocess.TimeoutExpired as exc:
-            rc, text = -1, f"timed out after {args.timeout} s\n{exc.stdout or ''}{exc.stderr or ''}"
-        (out / f"config_{name}.log").write_text(text if isinstance(text, str) else str(text))
+        rc, text = run_child(cmd, env, args.timeout)
+        (out / f"config_{name}.log").write_text(text)
         path = out / f"config_{name}.json"
         if rc == 0 and path.exists():
             results.append(json.loads(path.read_text()))

@@ -22,7 +22,7 @@ import os
 import platform as _platform
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ __all__ = [
     "graph_median_ms",
     "indexer_q_bytes",
     "provenance",
+    "run_child",
     "rowquant_bytes",
     "run_sweep",
     "save_partial_states_bytes",
@@ -162,6 +163,17 @@ def copy_bandwidth_gbs(nbytes: int = 2 << 30) -> float:
     dst = torch.empty_like(src)
     ms = bench_median_ms(lambda: dst.copy_(src), graph=False, rep_ms=400)
     return 2 * nbytes / (ms * 1e-3) / 1e9
+
+
+def run_child(cmd: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[int, str]:
+    """Run one configuration in its own process: ``(returncode, stdout + stderr)``; a timeout is
+    returncode -1 with what the child printed so far."""
+    try:
+        run = subprocess.run(list(cmd), capture_output=True, text=True, env=dict(env), timeout=timeout)
+        return run.returncode, run.stdout + run.stderr
+    except subprocess.TimeoutExpired as exc:
+        out = "".join(x.decode() if isinstance(x, bytes) else x for x in (exc.stdout or "", exc.stderr or ""))
+        return -1, f"timed out after {timeout} s\n{out}"
 
 
 def write_json(path: str | Path, obj: Any) -> None:

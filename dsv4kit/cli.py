@@ -9,7 +9,7 @@
 
 warmup and coverage load the keys an artifact store holds (``--cache-dir``, default
 ``$DSV4KIT_CACHE_DIR`` or the user cache dir; ``--no-cache``: none) and compile the others in
-``--jobs`` worker processes (default: the CPU count, or 1 on a machine of 2 cores or fewer).
+``--jobs`` worker processes (default: the cores this process may use, or 1 when that is 2 or fewer).
 
 ``--json FILE`` writes a machine-readable report (``-``: to stdout, the text report then goes to
 stderr). The coverage report (``"schema": "dsv4kit.coverage/1"``) holds, per kernel, the keys
@@ -111,7 +111,9 @@ def _positive(value: str) -> int:
 def _default_jobs() -> int:
     # A worker pays 3-5 s of imports before it compiles anything: on 2 cores a cold DSv4-Flash
     # warmup took 10.7 s in-process and 15.7 s with 2 workers (benchmarks/results/warmup_cpu/).
-    cores = os.cpu_count() or 1
+    from dsv4kit.platform import available_cores
+
+    cores = available_cores()
     return 1 if cores <= 2 else cores
 
 
@@ -161,8 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
         w.add_argument("--jobs", type=_positive, default=_default_jobs(),
                        help="compile the keys missing from the artifact store in N worker processes "
                             "(both backends; each writes its keys into the store, this process then loads "
-                            "them). Default: the number of CPU cores (os.cpu_count()). Workers start only "
-                            "for 2 or more missing keys, and each pays a few seconds of imports")
+                            "them). Default: the cores this process may use (affinity, cgroup quota), or "
+                            "1 when that is 2 or fewer: each worker pays a few seconds of imports first. "
+                            "Workers start only for 2 or more missing keys")
         w.add_argument("--cache-dir", metavar="DIR", default=None,
                        help="artifact store directory (default: $DSV4KIT_CACHE_DIR, else "
                             "$XDG_CACHE_HOME/dsv4kit or ~/.cache/dsv4kit); stored keys load instead of "

@@ -33,6 +33,7 @@ __all__ = [
     "KNOWN_ARCHS",
     "Platform",
     "arch_capability",
+    "available_cores",
     "check_arch",
     "cpu_platform",
     "current_platform",
@@ -40,6 +41,22 @@ __all__ = [
     "replace",
     "use_platform",
 ]
+
+def available_cores(cgroup_cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """CPU cores this process may use: its affinity set, capped by a cgroup v2 CPU quota when one
+    is set (a container limited to 2 CPUs of a 64-core host reports 64 in ``os.cpu_count()``)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = open(cgroup_cpu_max).read().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, int(int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
 
 #: Compile targets dsv4kit knows, with their compute capability (Triton's ``GPUTarget.arch``).
 #: The ``a`` suffix: arch-specific features (wgmma, tcgen05); code for one runs on that arch only.

@@ -9,25 +9,18 @@ script costs no device time.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from benchmark_scripts import load_benchmark
 
 from dsv4kit.kernels.c128_compress.cases import OPS
-
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "c128_compress_gpu_check.py"
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("c128_compress_gpu_check", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["c128_compress_gpu_check"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("c128_compress_gpu_check")
 
 
 def test_the_cpu_smoke_run_passes_and_writes_every_file(script, tmp_path: Path) -> None:

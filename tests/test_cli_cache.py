@@ -84,11 +84,22 @@ def test_import_of_a_missing_file_is_a_usage_error(capsys, tmp_path) -> None:
     assert rc == 2 and "is not a file" in out
 
 
-@pytest.mark.parametrize("cores, jobs", [(None, 1), (1, 1), (2, 1), (3, 3), (16, 16)])
-def test_jobs_default_is_the_cpu_count_above_two_cores(monkeypatch, cores, jobs) -> None:
-    import os
-
+@pytest.mark.parametrize("cores, jobs", [(1, 1), (2, 1), (3, 3), (16, 16)])
+def test_jobs_default_is_the_available_cores_above_two(monkeypatch, cores, jobs) -> None:
+    from dsv4kit import platform
     from dsv4kit.cli import build_parser
 
-    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(platform, "available_cores", lambda: cores)
     assert build_parser().parse_args(["warmup"]).jobs == jobs
+
+
+def test_available_cores_follows_a_cgroup_quota(tmp_path) -> None:
+    from dsv4kit.platform import available_cores
+
+    unlimited = available_cores(str(tmp_path / "absent"))
+    (tmp_path / "cpu.max").write_text("200000 100000\n")          # 2 CPUs of quota
+    assert available_cores(str(tmp_path / "cpu.max")) == min(2, unlimited)
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert available_cores(str(tmp_path / "cpu.max")) == unlimited
+    (tmp_path / "cpu.max").write_text("50000 100000\n")           # half a CPU: still one worker
+    assert available_cores(str(tmp_path / "cpu.max")) == 1

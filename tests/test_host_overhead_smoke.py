@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from benchmark_scripts import load_benchmark
 
 from dsv4kit.kernels import families
-
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "host_overhead.py"
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("host_overhead", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["host_overhead"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("host_overhead")
 
 
 def test_host_overhead_times_three_paths_and_leaves_no_noop_executor(script, tmp_path: Path) -> None:

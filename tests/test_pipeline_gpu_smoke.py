@@ -7,23 +7,16 @@ report files) on a 3-layer model with tiny limits, so a typo in the script costs
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "pipeline_gpu.py"
+from benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("pipeline_gpu", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["pipeline_gpu"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("pipeline_gpu")
 
 
 def test_the_cpu_smoke_run_conforms_and_writes_every_file(script, tmp_path: Path) -> None:

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
+from benchmark_scripts import load_benchmark
 
 from dsv4kit.kernels import families
-
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "sanitize_cases.py"
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("sanitize_cases", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["sanitize_cases"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("sanitize_cases")
 
 
 def test_the_table_covers_every_family(script) -> None:

@@ -251,12 +251,21 @@ def _check_files(path: Path, manifest: Mapping[str, Any]) -> str | None:
     return None
 
 
+#: The manifest fields an entry's directory name is the digest of (see :func:`_identity`).
+_IDENTITY_FIELDS = ("schema", "kernel", "class", "key", "arch", "backend", "source_hash", "toolchain")
+
+
 def _problem_of(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """(manifest, why corrupt): a manifest that cannot be read is itself corruption."""
+    """(manifest, why corrupt): a manifest that cannot be read is itself corruption, and so is one
+    whose identity is not the entry's name (an edited manifest, a renamed or misplaced entry: it
+    would be served for another kernel, key, arch or toolchain)."""
     try:
         manifest = _read_manifest(path)
     except (OSError, ValueError) as exc:
         return None, f"manifest unreadable ({type(exc).__name__}: {exc})"
+    identity = {k: manifest.get(k) for k in _IDENTITY_FIELDS}
+    if _digest(identity) != path.name:
+        return manifest, f"the manifest's identity hashes to {_digest(identity)}, not to the entry's name"
     return manifest, _check_files(path, manifest)
 
 

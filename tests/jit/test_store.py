@@ -268,6 +268,29 @@ def test_import_rejects_a_corrupt_entry(tmp_path, triton_kernel, triton_cache) -
     assert added == 0 and [p.kind for p in problems] == ["corrupt"] and dst.entries() == []
 
 
+@pytest.mark.parametrize("field, value", [("arch", "sm_100a"), ("key", "RowQuantBase.CompileKey(n_cols=7)"),
+                                          ("toolchain", {"triton": "9.9.9"})])
+def test_an_entry_whose_manifest_names_another_identity_is_corrupt(tmp_path, triton_kernel, triton_cache,
+                                                                   field, value) -> None:
+    """An edited manifest (or a misplaced entry) would be served for another arch, key or toolchain:
+    its identity must hash to the entry's name, in the store and on import."""
+    src = ArtifactStore(tmp_path / "a")
+    key = triton_kernel.get_warmup_keys()[0]
+    _warm(triton_kernel, key, src)
+    entry = src.entries()[0]
+    manifest = json.loads((entry.path / "manifest.json").read_text())
+    manifest[field] = value
+    (entry.path / "manifest.json").write_text(json.dumps(manifest))
+    (problem,) = src.verify()
+    assert problem.kind == "corrupt" and "identity" in str(problem)
+    src.export(tmp_path / "s.tar")
+    dst = ArtifactStore(tmp_path / "b")
+    added, problems = dst.import_(tmp_path / "s.tar")
+    assert added == 0 and [p.kind for p in problems] == ["corrupt"] and dst.entries() == []
+    with pytest.warns(StoreWarning, match="identity hashes to"):
+        assert src.get(triton_kernel, key) is None
+
+
 def test_default_location_moves_with_the_environment(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv(store_mod.ENV_VAR, str(tmp_path / "mine"))
     assert ArtifactStore().root == tmp_path / "mine"

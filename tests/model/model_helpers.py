@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from dsv4kit.jit import KeyLedger, WarmupRegistry
+from dsv4kit.model.drills import build, warm  # noqa: F401 - the tests import them from here
 from dsv4kit.model.presets import DSV4_FLASH
-from dsv4kit.model.stack import DSv4AttentionStack
 from dsv4kit.model.trace import coverage_report, make_trace, replay
 
 #: Four layers (SWA, C4, C128, C4) and a 4096-row RoPE cache: small enough to launch under the
@@ -15,29 +14,6 @@ TINY = dataclasses.replace(
     DSV4_FLASH, name="tiny", num_layers=4, compress_ratios=(0, 4, 128, 4),
     compress_rope=dataclasses.replace(DSV4_FLASH.compress_rope, max_pos=4096),
 )
-
-
-def build(preset=DSV4_FLASH, platform="sm_90a", **settings):
-    """A stack built under a fresh registry: ``(stack, registry)``."""
-    registry = WarmupRegistry()
-    with registry.activate():
-        stack = DSv4AttentionStack(preset, platform, **settings)
-    return stack, registry
-
-
-def warm(stack, registry, ledger=None):
-    """Warm ``registry``; with a new ledger, forget first what earlier tests compiled for these
-    kernel classes (a second warmup into the same ledger adds to the first: one kernel class
-    may serve both, e.g. K9's FP8 and MXFP4 keys)."""
-    if ledger is None:
-        stack.clear_compiled()
-        for reg in registry.registrations.values():
-            type(reg.kernel).clear_cache()
-    ledger = ledger or KeyLedger()
-    with ledger:
-        report = registry.warmup(progress=False)
-    assert report.ok, report.table()
-    return ledger
 
 
 def warm_and_replay(stack, registry, kind="all", steps=12, seed=0, runtime=None):
