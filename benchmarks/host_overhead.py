@@ -8,6 +8,8 @@ backend that runs here, three paths, each timed as the best of ``--repeats`` mea
 * ``op planned``: the public op with its signature planned (:mod:`dsv4kit.family.plans`);
 * ``kernel``: the kernel object called directly (its own checks, dispatch, lookup, launch).
 
+``--debug-checks off`` (default: the GPU's default) leaves out the value checks that read device
+memory; ``default`` takes the op's default (on under the CPU interpreter), ``on`` forces them.
 ``--executor noop`` (the only choice on a CPU) replaces the warmed executors with a function
 that does nothing, so the numbers are validation + dispatch + executor lookup + argument
 building, without the launcher; ``real`` (GPU) keeps the launcher. A cProfile of the planned
@@ -73,15 +75,19 @@ def _profile(fn: Any, calls: int, top: int) -> list[str]:
     return [ln.replace(str(Path.cwd()) + "/", "") for ln in lines[start:]]
 
 
+_DEBUG = {"off": False, "on": True, "default": None}
+
+
 def measure(spec: FamilySpec, backend: str, device: str, executor: str, calls: int, repeats: int,
-            top: int) -> dict[str, Any]:
+            top: int, debug_checks: str = "off") -> dict[str, Any]:
     """One op on one backend: the three paths' mean µs per call and a profile of the planned path."""
     call = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in valid_call(spec).items()}
+    call["debug_checks"] = _DEBUG[debug_checks]
     kernel = spec.kernel(_variant(spec, call), torch.device(device), backend)
     spec.op(**call, backend=backend)                  # warms the key and plans the signature
     if executor == "noop":
         _noop_executors(kernel)
-    kernel_args = {k: v for k, v in call.items() if k != spec.variant_arg}
+    kernel_args = {k: v for k, v in call.items() if k != spec.variant_arg}   # debug_checks included
     paths = {
         "op full": lambda: spec.call_checked(**call, backend=backend),
         "op planned": lambda: spec.op(**call, backend=backend),
@@ -90,7 +96,8 @@ def measure(spec: FamilySpec, backend: str, device: str, executor: str, calls: i
     for fn in paths.values():                         # every path runs once before it is timed
         fn()
     row: dict[str, Any] = {"family": spec.name, "op": spec.op_name, "kernel": kernel.name, "backend": backend,
-                           "executor": executor, "calls": calls, "repeats": repeats}
+                           "executor": executor, "debug_checks": debug_checks, "calls": calls,
+                           "repeats": repeats}
     row.update({f"{name} us": round(_mean_us(fn, calls, repeats), 2) for name, fn in paths.items()})
     if device == "cuda":
         torch.cuda.synchronize()
@@ -106,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--top", type=int, default=12, help="profile lines per op")
     p.add_argument("--executor", choices=("noop", "real"), default="noop")
+    p.add_argument("--debug-checks", choices=tuple(_DEBUG), default="off",
+                   help="off (default; a GPU's default), on, or the op's default (on under the interpreter)")
     p.add_argument("--families", default="", help="comma-separated family names (default: all)")
     args = p.parse_args(argv)
     plat = current_platform()
@@ -119,13 +128,15 @@ def main(argv: list[str] | None = None) -> int:
         if wanted and spec.name not in wanted:
             continue
         for backend in backends:
-            row = measure(spec, backend, device, args.executor, args.calls, args.repeats, args.top)
+            row = measure(spec, backend, device, args.executor, args.calls, args.repeats, args.top,
+                          args.debug_checks)
             print(f"{row['op']:<32} {backend:<8} full {row['op full us']:8.1f}  planned "
                   f"{row['op planned us']:8.1f}  kernel {row['kernel us']:8.1f} us", flush=True)
             rows.append(row)
     out = Path(args.out)
     write_json(out / "host_overhead.json", {
-        "provenance": provenance({"platform": str(plat), "executor": args.executor}),
+        "provenance": provenance({"platform": str(plat), "executor": args.executor,
+                                  "debug_checks": args.debug_checks}),
         "method": "best of repeats of the mean over back-to-back calls; noop: executors replaced by a "
                   "function doing nothing (validation, dispatch, lookup, argument building; no launcher)",
         "rows": rows})
