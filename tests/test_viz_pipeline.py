@@ -152,7 +152,6 @@ def test_drill_table_and_gpu_table() -> None:
     long = Caught(2, "monitor", "coarsen", "K: unwarmed key (" + "a=1, " * 40 + "); nearest (...) differs in "
                   "coarsen: warmed 1, requested 4")
     assert long.excerpt() == "...differs in coarsen: warmed 1, requested 4"
-    assert vp._key_labels([]) == []
     gpu = vp.pipeline_gpu_table_markdown([
         {"config": "flash-default", "backend": "cutedsl", "ok": True, "steps_run": 6, "op_calls": 900,
          "steps_ok": 6, "steps_compared": 6, "triton_runtime_compiles": 0, "cute_runtime_compiles": 0,
@@ -160,3 +159,16 @@ def test_drill_table_and_gpu_table() -> None:
         {"config": "pro-default", "backend": "triton", "ok": False, "error": "boom"}]).splitlines()
     assert gpu[2] == "| flash-default | cutedsl | yes | 6 | 900 | 6/6 | 0, 0 | 0 | 12.3 |"
     assert gpu[3].startswith("| pro-default | triton | **NO** | 0 | 0 | 0/0 |") and gpu[3].endswith(" boom")
+
+
+def test_key_labels_name_only_the_fields_that_differ() -> None:
+    from dsv4kit.kernels.dequant_gather.spec import DequantGatherBase
+    from dsv4kit.viz.coverage import key_labels
+
+    K3 = DequantGatherBase.CompileKey
+    assert key_labels([]) == []
+    assert key_labels([K3(256, True), K3(64, True)]) == ["block_size=256", "block_size=64"]
+    assert key_labels([K3(256, True), K3(64, False)]) == ["block_size=256\nhas_gather_lens=True",
+                                                         "block_size=64\nhas_gather_lens=False"]
+    assert key_labels([K3(2, False)]) == ["block_size=2\nhas_gather_lens=False"]   # one key: its last two
+    assert key_labels(["not a key"]) == ["'not a key'"]                             # format_key: its repr

@@ -9,7 +9,7 @@ from typing import Any
 from dsv4kit.errors import format_key
 from dsv4kit.jit.coverage import KeyLedger
 
-__all__ = ["STATUS_COLORS", "key_table_markdown", "plot_coverage"]
+__all__ = ["STATUS_COLORS", "key_labels", "key_table_markdown", "plot_coverage"]
 
 #: used = warmed and requested; dead = warmed, never requested; missed = requested, not warmed.
 STATUS_COLORS = {"used": "#2e7d32", "dead": "#9e9e9e", "missed": "#c62828"}
@@ -27,10 +27,22 @@ def key_table_markdown(keys: Sequence[Any]) -> str:
     return "\n".join(lines)
 
 
+def key_labels(keys: Sequence[Any]) -> list[str]:
+    """Short cell labels: the fields that differ among a kernel's keys (one key: its last two)."""
+    if not keys:
+        return []
+    if not dataclasses.is_dataclass(keys[0]):
+        return [format_key(k) for k in keys]
+    names = [f.name for f in dataclasses.fields(keys[0])]
+    vary = [n for n in names if len({str(getattr(k, n)) for k in keys}) > 1] or names[-2:]
+    return ["\n".join(f"{n}={str(getattr(k, n)).removeprefix('torch.')}" for n in vary) for k in keys]
+
+
 def plot_coverage(ledger: KeyLedger, ax: Any = None, title: str = "warmup coverage") -> Any:
     """One row per kernel, one cell per key, coloured used / dead / missed; returns the Figure.
 
-    Cell labels are the key fields (short), and each cell shows its request count.
+    Cell labels are the fields that differ among the kernel's keys (:func:`key_labels`), and each
+    cell shows its request count.
     """
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch, Rectangle
@@ -41,10 +53,10 @@ def plot_coverage(ledger: KeyLedger, ax: Any = None, title: str = "warmup covera
     if ax is None:
         _, ax = plt.subplots(figsize=(min(2.2 * width + 3, 18), 0.9 * len(kernels) + 1.4))
     for row, kernel in enumerate(kernels):
-        for col, (key, status) in enumerate(statuses[kernel].items()):
+        labels = key_labels(list(statuses[kernel]))
+        for col, ((key, status), label) in enumerate(zip(statuses[kernel].items(), labels, strict=True)):
             ax.add_patch(Rectangle((col, row), 0.95, 0.9, color=STATUS_COLORS[status]))
             calls = ledger.requested.get(kernel, {}).get(key, 0)
-            label = format_key(key).strip("()").replace(", ", "\n")
             ax.text(col + 0.47, row + 0.45, f"{label}\ncalls={calls}", ha="center", va="center",
                     fontsize=6, color="white")
     ax.set_xlim(0, width)

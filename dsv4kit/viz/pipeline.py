@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dsv4kit.errors import format_key
 from dsv4kit.jit.coverage import KeyLedger
-from dsv4kit.viz.coverage import STATUS_COLORS
+from dsv4kit.viz.coverage import STATUS_COLORS, key_labels
 
 if TYPE_CHECKING:
     from dsv4kit.family import FamilySpec
@@ -161,19 +160,6 @@ def family_coverage_rows(ledger: KeyLedger, families: Sequence[FamilySpec]) -> l
     return rows
 
 
-def _key_labels(keys: Sequence[Any]) -> list[str]:
-    """Short cell labels: the fields that differ among a kernel's keys (one key: its last two)."""
-    import dataclasses
-
-    if not keys:
-        return []
-    if not dataclasses.is_dataclass(keys[0]):
-        return [format_key(k) for k in keys]
-    names = [f.name for f in dataclasses.fields(keys[0])]
-    vary = [n for n in names if len({str(getattr(k, n)) for k in keys}) > 1] or names[-2:]
-    return ["\n".join(f"{n}={str(getattr(k, n)).removeprefix('torch.')}" for n in vary) for k in keys]
-
-
 def plot_family_coverage(ledger: KeyLedger, families: Sequence[FamilySpec],
                          title: str = "warmup coverage, every family") -> Any:
     """A heatmap over every family of ``families`` at once: one row per kernel (grouped by family;
@@ -185,7 +171,7 @@ def plot_family_coverage(ledger: KeyLedger, families: Sequence[FamilySpec],
     from matplotlib.patches import Patch, Rectangle
 
     rows = family_coverage_rows(ledger, families)
-    labels_of = {r["kernel"]: _key_labels(list(ledger.status(r["kernel"]))) for r in rows if r["kernel"]}
+    labels_of = {r["kernel"]: key_labels(list(ledger.status(r["kernel"]))) for r in rows if r["kernel"]}
     statuses = [ledger.status(r["kernel"]) if r["kernel"] else {} for r in rows]
     width = max((len(s) for s in statuses), default=1)
     counts = ("warmed", "requested", "missed", "dead")
