@@ -38,6 +38,8 @@ def test_second_warmup_is_all_hits(capsys, filled, tmp_path, monkeypatch) -> Non
     assert rc == 0 and "store: 14 hit(s), 0 compiled" in out and f"artifact store: {filled}" in out
     key_lines = [line for line in out.splitlines() if "  regs " in line]
     assert len(key_lines) == 14 and all(line.rstrip().endswith(" hit") for line in key_lines)
+    table = {line.split()[0]: line.split() for line in out.splitlines() if " triton " in line}
+    assert table["IndexerQFp8Triton"][-1] == "4/4" and table["DequantGatherTriton"][-1] == "3/3"
 
 
 def test_no_cache_and_cache_dir_select_the_store(tmp_path) -> None:

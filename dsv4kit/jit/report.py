@@ -95,15 +95,18 @@ class WarmupReport:
     def table(self) -> str:
         """A per-kernel summary table as plain text."""
         head = (f"{'kernel':<34} {'backend':<8} {'registered':>10} {'keys':>5} {'seconds':>8} "
-                f"{'registers':>10} {'spills':>6}")
+                f"{'registers':>10} {'spills':>6} {'store hits':>10}")
         lines = [head, "-" * len(head)]
         for k in self.kernels:
             regs = sorted({r.info["registers"] for r in k.keys if "registers" in r.info})
             spills = max((r.info.get("spills", 0) for r in k.keys), default=0)
             reg_text = "-" if not regs else (f"{regs[0]}" if len(regs) == 1 else f"{regs[0]}-{regs[-1]}")
+            # "origin" is set per key when warmup used an artifact store: "hit" or "compiled".
+            origins = [r.info.get("origin") for r in k.keys]
+            hits = "-" if not any(origins) else f"{origins.count('hit')}/{len(origins)}"
             lines.append(
                 f"{k.kernel:<34} {k.backend:<8} {k.registrations:>10} {len(k.keys):>5} {k.seconds:>8.2f} "
-                f"{reg_text:>10} {spills:>6}"
+                f"{reg_text:>10} {spills:>6} {hits:>10}"
             )
         lines.append(f"{len(self.kernels)} kernel(s), {self.num_keys} key(s), {self.seconds:.2f} s, "
                      f"{len(self.failures)} failure(s)")
