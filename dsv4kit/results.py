@@ -49,7 +49,7 @@ _KERNEL_IMPORT = re.compile(r"^\s*(?:from|import)\s+dsv4kit\.kernels\.([a-z_0-9]
 _VERSION_KEYS = ("python", "torch", "triton", "nvidia-cutlass-dsl", "apache-tvm-ffi", "cuda")
 # Top-level fields that are provenance in a record without a "provenance" object.
 _PROVENANCE_KEYS = ("date", "commit", "device", "arch", "sm", "sms", "memory_gib", "versions", "seed",
-                    "kernel_source_hash", "family", *_VERSION_KEYS)
+                    "kernel_source_hash", "family", "cpu_smoke", *_VERSION_KEYS)
 
 
 # --------------------------------------------------------------------------- where records are
@@ -235,13 +235,16 @@ class Recorded:
     def status(self, family: str | Sequence[str] | None = None) -> str:
         """``recorded at <commit> on <device>, <date>`` and whether ``family``'s kernel source changed.
 
-        The suffix is ``, kernel source hash not recorded`` when the record has no hash (for any
-        of the families), ``, kernel source changed since`` when a recorded hash differs from
+        A record of a ``--cpu-smoke`` run says so first. The suffix is ``, kernel source hash not
+        recorded`` when the record has no hash (for any of the families), ``, kernel source
+        changed since`` when a recorded hash differs from
         :func:`kernel_source_hash` now (naming the families when several are compared), and
         nothing when the record is :meth:`current`. ``family`` defaults to the recorded one.
         """
         fams = self._families(family)
         line = f"recorded at {self.commit[:10]} on {self.device}, {self.date}"
+        if self.provenance.get("cpu_smoke"):  # a script's CPU rehearsal, kept by mistake: say so first
+            line = "CPU SMOKE RUN, not a GPU measurement: " + line
         recorded = {f: self.recorded_hash(f) for f in fams}
         if any(h is None for h in recorded.values()):
             return line + ", kernel source hash not recorded"

@@ -198,6 +198,16 @@ def test_json_file_records(tmp_path):
         results.load("none.json", root=tmp_path)
 
 
+@pytest.mark.parametrize("nested", [True, False])
+def test_a_cpu_smoke_record_says_so(tmp_path, nested):
+    """A script's --cpu-smoke output left among the records is never read as a GPU measurement."""
+    prov = {"device": "cpu", "commit": "abc", "date": "d", "cpu_smoke": True}
+    (tmp_path / "smoke.json").write_text(json.dumps({"provenance": prov} if nested else prov))
+    rec = results.load("smoke.json", root=tmp_path)
+    assert rec.provenance["cpu_smoke"] is True
+    assert rec.status("rowquant").startswith("CPU SMOKE RUN, not a GPU measurement: recorded at abc on cpu")
+
+
 @pytest.mark.parametrize("relpath, family", [("indexer_q_h200.json", "indexer_q"),
                                              ("dequant_gather", "dequant_gather"),
                                              ("replay_h200", ("save_partial_states", "indexer_q",
