@@ -97,11 +97,13 @@ class JitKernel(Generic[K]):
     _dispatch_program: ClassVar[DispatchProgram | None] = None
     _executors: ClassVar[dict[str, dict[Any, Callable[..., Any]]]]   # target -> key -> executor
     _artifacts: ClassVar[dict[str, dict[Any, CompileArtifact]]]       # target -> key -> artifact
+    _checked_keys: ClassVar[set[Any]]                                   # keys check_key passed
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._executors = {}
         cls._artifacts = {}
+        cls._checked_keys = set()
         key_cls = getattr(cls, "CompileKey", None)
         if key_cls is None:
             return  # an abstract (backend) base
@@ -151,12 +153,20 @@ class JitKernel(Generic[K]):
         raise NotImplementedError(f"{self.name}: compile is the backend's to define")
 
     def check_key(self, key: K) -> None:
-        """Reject a key that is not this kernel's, or whose fixed fields differ from their values."""
+        """Reject a key that is not this kernel's, or whose fixed fields differ from their values.
+
+        Runs on every launch; a key that passed is remembered per class (the outcome depends on the
+        key alone), so a launch of a known key pays one set lookup.
+        """
         if type(key) is not self.CompileKey:
             raise TypeError(f"{self.name}: dispatch must return {self.CompileKey.__qualname__}, got {key!r}")
+        checked = type(self)._checked_keys
+        if key in checked:
+            return
         for f in dataclasses.fields(key):  # type: ignore[arg-type]
             if f.metadata.get("fixed") and getattr(key, f.name) != f.default:
                 raise input_error(self.name, f.name, f"{f.default!r} (fixed)", repr(getattr(key, f.name)))
+        checked.add(key)
 
     # ------------------------------------------------------------------ executors
     def _executor_cache(self) -> dict[Any, Callable[..., Any]]:

@@ -99,3 +99,9 @@ def test_fixed_field_accepts_its_value_and_rejects_others():
     with pytest.raises(KernelInputError, match=r"Fixed: head: expected 512 \(fixed\), got 256"):
         Fixed()(torch.zeros(2, 256))
     assert Fixed().compiled_keys() == [Fixed.CompileKey(512, "float32")]
+    # A key that passed is remembered; one that failed never is: it fails on every call.
+    assert Fixed._checked_keys == {Fixed.CompileKey(512, "float32")}
+    for _ in range(2):
+        with pytest.raises(KernelInputError, match=r"Fixed: head: expected 512 \(fixed\), got 256"):
+            Fixed()(torch.zeros(2, 256))
+    assert torch.equal(Fixed()(torch.zeros(1, 512)), torch.ones(1, 512))
