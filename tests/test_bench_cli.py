@@ -144,6 +144,16 @@ def test_inspect_regs(capsys):
     assert "registers:" in out and "spills: 0" in out
 
 
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_inspect_a_cutedsl_key(capsys, arch):
+    """CuTeDSL keys compile for a named arch on CPU too; the report is the artifact's."""
+    pytest.importorskip("cutlass")
+    assert bench_cli.main(["inspect", "RowQuantCuTeDSL", *ROWQUANT_KEY, "--arch", arch]) == 0
+    out = capsys.readouterr().out
+    assert "RowQuantCuTeDSL" in out and f"target {arch}" in out
+    assert "registers:" in out and "spills: 0" in out and "binaries: cubin" in out
+
+
 def test_inspect_ptx_by_family_and_repr(capsys):
     key = "RowQuantBase.CompileKey(n_cols=512, x_stride_class='div16', rows_per_program=1)"
     assert bench_cli.main(["inspect", "rowquant", key, "--ptx"]) == 0
