@@ -11,19 +11,8 @@ set -u
 usage="usage: gpu_session_c128.sh numerics_perf|c4|replay OUT_DIR"
 phase=${1:?$usage}
 out=${2:?$usage}
-mkdir -p "$out"
-work=$(mktemp -d)
-log="$out/session.log"
-step() {  # step NAME SECONDS CMD...
-    local name=$1 secs=$2; shift 2
-    local t0=$SECONDS
-    echo "=== $name (limit ${secs}s): $*" | tee -a "$log"
-    timeout "$secs" "$@" > "$work/$name.log" 2>&1
-    local rc=$?
-    tail -n 60 "$work/$name.log" >> "$log"
-    echo "=== $name: rc=$rc in $((SECONDS - t0))s" | tee -a "$log"
-}
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader >> "$log" 2>&1
+source "$(dirname "$0")/gpu_session_lib.sh"
+session_start "$out"
 case $phase in
 numerics_perf)
     step c128_check 420 python3 benchmarks/c128_compress_gpu_check.py --out "$work/c128_compress_h200" \
@@ -39,6 +28,4 @@ replay)
         python3 benchmarks/sanitize_cases.py --quick --json "$work/sanitizer_cases_h200/memcheck.json" ;;
 *) echo "unknown phase $phase ($usage)" >&2; exit 2 ;;
 esac
-cp "$log" "$work/session.log" 2>/dev/null
-tar -C "$work" -czf "$out/records.tar.gz" .
-echo "session done in ${SECONDS}s" | tee -a "$log"
+session_end

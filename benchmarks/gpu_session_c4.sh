@@ -8,18 +8,8 @@
 set -u
 phase=${1:?usage: gpu_session_c4.sh numerics|perf OUT_DIR}
 out=${2:?usage: gpu_session_c4.sh numerics|perf OUT_DIR}
-work=$(mktemp -d)
-log="$out/session.log"
-step() {  # step NAME SECONDS CMD...
-    local name=$1 secs=$2; shift 2
-    local t0=$SECONDS
-    echo "=== $name (limit ${secs}s): $*" | tee -a "$log"
-    timeout "$secs" "$@" > "$work/$name.log" 2>&1
-    local rc=$?
-    tail -n 60 "$work/$name.log" >> "$log"
-    echo "=== $name: rc=$rc in $((SECONDS - t0))s" | tee -a "$log"
-}
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader >> "$log" 2>&1
+source "$(dirname "$0")/gpu_session_lib.sh"
+session_start "$out"
 case $phase in
 numerics)
     step encoders 230 python3 benchmarks/encoders_gpu_check.py --out "$work/encoders_h200" --cases-per-encoder 50
@@ -30,5 +20,4 @@ perf)
     step replay 300 python3 benchmarks/replay_gpu.py --out "$work/replay_h200" --steps 8 --max-model-len 65536 ;;
 *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac
-tar -C "$work" -czf "$out/records.tar.gz" .
-echo "session done in ${SECONDS}s" | tee -a "$log"
+session_end

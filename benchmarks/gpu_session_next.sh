@@ -11,19 +11,8 @@ set -u
 usage="usage: gpu_session_next.sh pipeline|store|bench OUT_DIR"
 phase=${1:?$usage}
 out=${2:?$usage}
-mkdir -p "$out"
-work=$(mktemp -d)
-log="$out/session.log"
-step() {  # step NAME SECONDS CMD...
-    local name=$1 secs=$2; shift 2
-    local t0=$SECONDS
-    echo "=== $name (limit ${secs}s): $*" | tee -a "$log"
-    timeout "$secs" "$@" > "$work/$name.log" 2>&1
-    local rc=$?
-    tail -n 60 "$work/$name.log" >> "$log"
-    echo "=== $name: rc=$rc in $((SECONDS - t0))s" | tee -a "$log"
-}
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader >> "$log" 2>&1
+source "$(dirname "$0")/gpu_session_lib.sh"
+session_start "$out"
 case $phase in
 pipeline)
     step pipeline 560 python3 benchmarks/pipeline_gpu.py --out "$work/pipeline_h200" --timeout 120 ;;
@@ -38,6 +27,4 @@ bench)
     step host 150 python3 benchmarks/host_overhead.py --executor real --out "$work/host_overhead_h200" ;;
 *) echo "unknown phase $phase ($usage)" >&2; exit 2 ;;
 esac
-cp "$log" "$work/session.log" 2>/dev/null
-tar -C "$work" -czf "$out/records.tar.gz" .
-echo "session done in ${SECONDS}s" | tee -a "$log"
+session_end
