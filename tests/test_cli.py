@@ -8,19 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from dsv4kit.cli import main
+from cli_run import run_main
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def run_main(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        rc = main(list(argv))
-    except SystemExit as exc:          # argparse errors exit 2 through SystemExit
-        rc = exc.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 def test_warmup_flash_sm90a(capsys) -> None:

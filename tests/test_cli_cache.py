@@ -4,18 +4,16 @@ export, import."""
 from __future__ import annotations
 
 import pytest
+from cli_run import run_main
 
 from dsv4kit.cli import main
 from dsv4kit.jit import store as store_mod
 
 
 def run(capsys, *argv: str) -> tuple[int, str]:
-    try:
-        rc = main(list(argv))
-    except SystemExit as exc:
-        rc = exc.code
-    out = capsys.readouterr()
-    return rc, out.out + out.err
+    """Exit code and everything the command printed (stdout, then stderr)."""
+    rc, out, err = run_main(capsys, *argv)
+    return rc, out + err
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ import dataclasses
 import json
 
 import pytest
+from cli_run import run_main
 
-from dsv4kit.cli import main
 from dsv4kit.kernels.dequant_gather.spec import DequantGatherBase
 from dsv4kit.kernels.indexer_q.spec import IndexerQBase
 from dsv4kit.model.stack import FAMILIES
@@ -18,15 +18,6 @@ KERNEL_FIELDS = {"family", "spec_id", "backend", "target", "selected", "warmed",
 COUNTS = ("warmed", "requested", "missed", "dead", "calls")
 FLASH_KERNELS = {"SavePartialStatesTriton", "C4CompressDsMlaTriton", "IndexerCompressTriton",
                  "C128CompressTriton", "C128StoreDsMlaTriton", "IndexerQFp8Triton", "DequantGatherTriton"}
-
-
-def run_main(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        rc = main(list(argv))
-    except SystemExit as exc:
-        rc = exc.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 def coverage_json(capsys, tmp_path, *argv: str) -> tuple[int, dict]:

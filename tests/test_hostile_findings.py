@@ -9,9 +9,9 @@ import threading
 
 import numpy as np
 import pytest
+from cli_run import run_main
 from triton import knobs
 
-from dsv4kit.cli import main
 from dsv4kit.errors import KernelInputError, UnwarmedKeyError
 from dsv4kit.jit import JitMonitor, WarmupRegistry
 from dsv4kit.kernels.dequant_gather.cases import make_case as k3_case
@@ -179,33 +179,25 @@ def test_device_errors_name_the_tensor() -> None:
 # --------------------------------------------------------------------------- CLI
 
 
-def _cli(capsys, *argv):
-    try:
-        rc = main(list(argv))
-    except SystemExit as exc:
-        rc = exc.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
 def test_cli_checks_output_paths_before_the_work(capsys, tmp_path) -> None:
     (tmp_path / "a_file").write_text("")                         # a file where a folder should be
-    rc, out, err = _cli(capsys, "warmup", "--no-progress", "--json", str(tmp_path / "a_file" / "r.json"))
+    rc, out, err = run_main(capsys, "warmup", "--no-progress", "--json", str(tmp_path / "a_file" / "r.json"))
     assert rc == 2 and "--json: cannot create" in err and out == ""   # nothing warmed first
-    rc, _, err = _cli(capsys, "coverage", "--no-progress", "--plot", str(tmp_path))
+    rc, _, err = run_main(capsys, "coverage", "--no-progress", "--plot", str(tmp_path))
     assert rc == 2 and "is a directory" in err
 
 
 def test_cli_plot_without_suffix_says_the_file_it_wrote(capsys, tmp_path) -> None:
-    rc, out, _ = _cli(capsys, "coverage", "--no-progress", "--steps", "2", "--plot", str(tmp_path / "cov"))
+    rc, out, _ = run_main(capsys, "coverage", "--no-progress", "--steps", "2", "--plot",
+                          str(tmp_path / "cov"))
     assert rc == 0 and f"coverage figure written to {tmp_path / 'cov.png'}" in out
     assert (tmp_path / "cov.png").stat().st_size > 0
 
 
 def test_cli_honours_dsv4kit_arch_and_bounds_the_block_size(capsys, monkeypatch) -> None:
     monkeypatch.setenv("DSV4KIT_ARCH", "sm_80")
-    rc, _, err = _cli(capsys, "warmup", "--no-progress")
+    rc, _, err = run_main(capsys, "warmup", "--no-progress")
     assert rc == 2 and "$DSV4KIT_ARCH: unknown arch 'sm_80'" in err
     monkeypatch.delenv("DSV4KIT_ARCH")
-    rc, _, err = _cli(capsys, "warmup", "--no-progress", "--block-size", str(2**40))
+    rc, _, err = run_main(capsys, "warmup", "--no-progress", "--block-size", str(2**40))
     assert rc == 2 and "larger than 65536" in err

@@ -114,19 +114,7 @@ FLASH = {
 }
 
 #: DSv4-Pro: the spec states index_topk = 1024 only, which no key holds: the Flash table.
-PRO = {
-    "K1": IQ_KEYS,
-    "K2": (),
-    "K3": (K3(block_size=256, has_gather_lens=True), K3(block_size=64, has_gather_lens=False),
-           K3(block_size=2, has_gather_lens=False)),
-    "K4": K4_KEYS,
-    "K5": (K5_BF16,),
-    "K6": (),
-    "K7": (K7_KEY,),
-    "K8a": (K8A_B256,),
-    "K8b": (),
-    "K9": (K9_FP8,),
-}
+PRO = FLASH
 
 #: MXFP4 indexer cache: K2 takes K1's four keys, K9 stores E5 pages (quant block 32, 64 bytes).
 MXFP4 = {
