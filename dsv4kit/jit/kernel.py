@@ -285,12 +285,15 @@ class JitKernel(Generic[K]):
             self.save_entry(key, art, store)
         return "compiled"
 
+    def _put_entry(self, key: K, art: CompileArtifact, store: ArtifactStore) -> None:
+        files, meta = self.entry_payload(key, art)
+        store.put(self, key, files, {"info": art.info, "seconds": art.seconds, **meta},
+                  display=format_key(key))
+
     def save_entry(self, key: K, art: CompileArtifact, store: ArtifactStore) -> None:
         """Write ``art`` into ``store``; a store that cannot be written only warns."""
         try:
-            files, meta = self.entry_payload(key, art)
-            store.put(self, key, files, {"info": art.info, "seconds": art.seconds, **meta},
-                      display=format_key(key))
+            self._put_entry(key, art, store)
         except Exception as exc:  # the compile succeeded; only the cache is lost
             warnings.warn(f"dsv4kit artifact store: could not store {self.name} {key} in {store.root} "
                           f"({type(exc).__name__}: {exc})", StoreWarning, stacklevel=2)
@@ -302,9 +305,7 @@ class JitKernel(Generic[K]):
         t0 = time.perf_counter()
         art = self.compile_for(key, self.target)
         art.seconds = time.perf_counter() - t0
-        files, meta = self.entry_payload(key, art)
-        store.put(self, key, files, {"info": art.info, "seconds": art.seconds, **meta},
-                  display=format_key(key))
+        self._put_entry(key, art, store)
         return art.seconds
 
     def compile_many(
