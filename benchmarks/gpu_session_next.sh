@@ -2,13 +2,14 @@
 # The device calls that issues 14, 15 and 16 wait for, one phase per call (a call runs <= 600 s):
 #     bash benchmarks/gpu_session_next.sh pipeline OUT_DIR  # issue 14: the pipeline replay on real tensors
 #     bash benchmarks/gpu_session_next.sh store OUT_DIR     # issue 15: the CPU-built store, loaded here
-#     bash benchmarks/gpu_session_next.sh bench OUT_DIR     # issue 16: every family's sweep, host overhead
+#     bash benchmarks/gpu_session_next.sh bench1 OUT_DIR    # issue 16: launch plans, host overhead, K1/K2, rowquant
+#     bash benchmarks/gpu_session_next.sh bench2 OUT_DIR    # issue 16: K3, K4, C4 (K5/K6a/K6b), C128 (K7) sweeps
 # Before the store phase, on the CPU machine: bash benchmarks/prepare_gpu_store.sh, then carry
 # .carry-store with the call. CuTeDSL first (../shared/device/README.md: two calls). Each step
 # has its own time limit and log; one that fails or times out does not stop the others.
 # Everything ends up in OUT_DIR/records.tar.gz and OUT_DIR/session.log.
 set -u
-usage="usage: gpu_session_next.sh pipeline|store|bench OUT_DIR"
+usage="usage: gpu_session_next.sh pipeline|store|bench1|bench2 OUT_DIR"
 phase=${1:?$usage}
 out=${2:?$usage}
 source "$(dirname "$0")/gpu_session_lib.sh"
@@ -21,10 +22,20 @@ store)
     step store_load 240 python3 benchmarks/store_load_check.py --import .carry-store/store.tar.gz \
         --cache-dir "$work/store" --out "$work/store_load_h200" --device cuda --steps 8
     step warmup_timing 300 python3 benchmarks/warmup_timing.py --out "$work/warmup_h200" ;;
-bench)
-    step bench 420 python3 -m dsv4kit bench --json "$work/bench_h200/bench.json" \
-        --csv "$work/bench_h200/bench.csv" --plot "$work/bench_h200/bench.png"
-    step host 150 python3 benchmarks/host_overhead.py --executor real --out "$work/host_overhead_h200" ;;
+bench1)
+    step launch_plans 120 python3 benchmarks/launch_plans_gpu_check.py --out "$work/launch_plans_h200"
+    step host 120 python3 benchmarks/host_overhead.py --executor real --calls 300 --repeats 5 \
+        --out "$work/host_overhead_h200"
+    for f in indexer_q rowquant; do
+        step "bench_$f" 140 python3 -m dsv4kit bench --family "$f" --rep-ms 60 \
+            --json "$work/bench_h200/$f.json" --plot "$work/bench_h200/$f.png"
+    done ;;
+bench2)
+    for f in dequant_gather save_partial_states c4_compress c128_compress; do
+        lim=120; [ "$f" = c4_compress ] && lim=200
+        step "bench_$f" "$lim" python3 -m dsv4kit bench --family "$f" --rep-ms 60 \
+            --json "$work/bench_h200/$f.json" --plot "$work/bench_h200/$f.png"
+    done ;;
 *) echo "unknown phase $phase ($usage)" >&2; exit 2 ;;
 esac
 session_end

@@ -1,12 +1,19 @@
 """Host overhead per op call: what Python costs before the kernel runs, and where it goes.
 
 For every public op (its small valid call from :mod:`dsv4kit.testing.valid_calls`) and every
-backend that runs here, three paths, each timed as the best of ``--repeats`` means over
+backend that runs here, five paths, each timed as the best of ``--repeats`` means over
 ``--calls`` back-to-back calls (no synchronize):
 
-* ``op full``: :meth:`FamilySpec.call_checked`, the path every call took before call plans;
-* ``op planned``: the public op with its signature planned (:mod:`dsv4kit.family.plans`);
-* ``kernel``: the kernel object called directly (its own checks, dispatch, lookup, launch).
+* ``op full``: :meth:`FamilySpec.call_checked` with launch plans off, the path every call took
+  before plans;
+* ``op planned``: the public op with its signature planned at both layers (the op's call plan,
+  :mod:`dsv4kit.family.plans`, then the kernel's launch plan, :mod:`dsv4kit.jit.launch_plans`);
+* ``kernel full``: the kernel object called directly, launch plans off (its own checks, dispatch,
+  executor lookup, argument building, launch);
+* ``kernel planned``: the kernel object with its launch plan (on a GPU, Triton's direct launch
+  of the warmed ``CompiledKernel``);
+* ``empty launch`` (GPU, Triton rows): an empty ``@triton.jit`` kernel launched through
+  ``JITFunction.run``, the floor the issue compares with.
 
 ``--debug-checks off`` (default: the GPU's default) leaves out the value checks that read device
 memory; ``default`` takes the op's default (on under the CPU interpreter), ``on`` forces them.
@@ -34,6 +41,7 @@ import torch
 from dsv4kit.bench import provenance, write_json
 from dsv4kit.family import FamilySpec
 from dsv4kit.family.spec import DEFAULT_VARIANT
+from dsv4kit.jit import launch_plans
 from dsv4kit.kernels import families
 from dsv4kit.platform import current_platform
 from dsv4kit.testing.valid_calls import valid_call
@@ -88,22 +96,43 @@ def measure(spec: FamilySpec, backend: str, device: str, executor: str, calls: i
     if executor == "noop":
         _noop_executors(kernel)
     kernel_args = {k: v for k, v in call.items() if k != spec.variant_arg}   # debug_checks included
-    paths = {
-        "op full": lambda: spec.call_checked(**call, backend=backend),
-        "op planned": lambda: spec.op(**call, backend=backend),
-        "kernel": lambda: kernel(**kernel_args),
+    paths = {  # name: (call, launch plans on)
+        "op full": (lambda: spec.call_checked(**call, backend=backend), False),
+        "op planned": (lambda: spec.op(**call, backend=backend), True),
+        "kernel full": (lambda: kernel(**kernel_args), False),
+        "kernel planned": (lambda: kernel(**kernel_args), True),
     }
-    for fn in paths.values():                         # every path runs once before it is timed
-        fn()
     row: dict[str, Any] = {"family": spec.name, "op": spec.op_name, "kernel": kernel.name, "backend": backend,
                            "executor": executor, "debug_checks": debug_checks, "calls": calls,
                            "repeats": repeats}
-    row.update({f"{name} us": round(_mean_us(fn, calls, repeats), 2) for name, fn in paths.items()})
-    if device == "cuda":
-        torch.cuda.synchronize()
-    row["profile (op planned)"] = _profile(paths["op planned"], calls, top)
+    try:
+        for name, (fn, plans) in paths.items():
+            launch_plans.set_enabled(plans)
+            fn()                                      # plans the signature (or runs once) untimed
+            row[f"{name} us"] = round(_mean_us(fn, calls, repeats), 2)
+        row["launch plan"] = bool(kernel.__dict__.get("_launch_plans"))
+        if device == "cuda":
+            torch.cuda.synchronize()
+        row["profile (op planned)"] = _profile(paths["op planned"][0], calls, top)
+    finally:
+        launch_plans.set_enabled(True)
     type(kernel).clear_cache()                        # the no-op executors must not outlive the run
     return row
+
+
+def empty_launch_us(calls: int, repeats: int) -> float:
+    """Host µs per launch of an empty ``@triton.jit`` kernel through ``JITFunction.run`` (GPU)."""
+    import triton
+
+    @triton.jit
+    def _empty(x_ptr):  # pragma: no cover - GPU only
+        pass
+
+    buf = torch.zeros(1, device="cuda")
+    _empty[(1,)](buf)
+    us = _mean_us(lambda: _empty[(1,)](buf), calls, repeats)
+    torch.cuda.synchronize()
+    return round(us, 2)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,11 +159,16 @@ def main(argv: list[str] | None = None) -> int:
         for backend in backends:
             row = measure(spec, backend, device, args.executor, args.calls, args.repeats, args.top,
                           args.debug_checks)
-            print(f"{row['op']:<32} {backend:<8} full {row['op full us']:8.1f}  planned "
-                  f"{row['op planned us']:8.1f}  kernel {row['kernel us']:8.1f} us", flush=True)
+            print(f"{row['op']:<32} {backend:<8} op full {row['op full us']:7.1f} planned "
+                  f"{row['op planned us']:7.1f}  kernel full {row['kernel full us']:7.1f} planned "
+                  f"{row['kernel planned us']:7.1f} us", flush=True)
             rows.append(row)
+    empty = empty_launch_us(args.calls, args.repeats) if device == "cuda" else None
+    if empty is not None:
+        print(f"empty Triton kernel through JITFunction.run: {empty:.1f} us per launch")
     out = Path(args.out)
     write_json(out / "host_overhead.json", {
+        "empty_launch_us": empty,
         "provenance": provenance({"platform": str(plat), "executor": args.executor,
                                   "debug_checks": args.debug_checks}),
         "method": "best of repeats of the mean over back-to-back calls; noop: executors replaced by a "

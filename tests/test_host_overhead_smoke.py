@@ -16,13 +16,14 @@ def script():
     return load_benchmark("host_overhead")
 
 
-def test_host_overhead_times_three_paths_and_leaves_no_noop_executor(script, tmp_path: Path) -> None:
+def test_host_overhead_times_four_paths_and_leaves_no_noop_executor(script, tmp_path: Path) -> None:
     argv = ["--out", str(tmp_path), "--families", "rowquant", "--calls", "5", "--repeats", "1"]
     assert script.main(argv) == 0
     result = json.loads((tmp_path / "host_overhead.json").read_text())
     (row,) = result["rows"]
     assert row["op"] == "rowquant" and row["executor"] == "noop" and row["backend"] == "triton"
-    assert all(row[f"{p} us"] > 0 for p in ("op full", "op planned", "kernel"))
+    assert all(row[f"{p} us"] > 0 for p in ("op full", "op planned", "kernel full", "kernel planned"))
+    assert row["launch plan"] is True, "the kernel planned its signature (value checks off)"
     assert row["profile (op planned)"][0].lstrip().startswith("ncalls")
     assert result["provenance"]["device"] == "cpu"
     # The no-op executors were dropped: the next real call compiles (or loads) the key again and runs it.

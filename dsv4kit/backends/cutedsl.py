@@ -47,6 +47,7 @@ from dsv4kit.backends._common import (
 )
 from dsv4kit.errors import ContractError, input_error
 from dsv4kit.jit import CompileArtifact, JitKernel, active_monitor, register_monitor_hook
+from dsv4kit.jit.launch_plans import plan_safe
 from dsv4kit.jit.store import Entry, key_text
 from dsv4kit.platform import Platform, check_arch, current_platform
 
@@ -291,8 +292,10 @@ class CuTeDSLJitKernel(JitKernel[K]):
             return unavailable
         return compiled
 
+    @plan_safe
     def launch(self, spec: Any, inputs: dict[str, Any] | None) -> Any:
-        """Run the executor warmed for ``spec.key`` (a CUDA device is required)."""
+        """Run the executor warmed for ``spec.key`` (a CUDA device is required; a launch plan is
+        made only after a launch passed, on the same platform)."""
         self.platform.require_cuda(self.name)
         return super().launch(spec, inputs)
 

@@ -73,6 +73,7 @@ from triton.runtime.jit import JITFunction, create_function_from_signature
 from dsv4kit.backends._common import CompileCounter, compiling, cubin_resources, in_warmup_compile
 from dsv4kit.errors import ContractError, input_error
 from dsv4kit.jit import CompileArtifact, JitKernel, active_monitor, register_monitor_hook
+from dsv4kit.jit.launch_plans import Address
 from dsv4kit.jit.store import Entry
 from dsv4kit.platform import Platform, arch_capability, current_platform
 
@@ -706,7 +707,61 @@ class TritonJitKernel(JitKernel[K]):
             finally:
                 _LAUNCH.reset(token)
 
+        run.direct = functools.partial(self._direct_launcher, key, run)  # type: ignore[attr-defined]
         return run
+
+    def plan_launcher(self, key: K, executor: Callable[..., Any], args: tuple[Any, ...]
+                      ) -> tuple[Callable[[list[Any]], Any], frozenset[int]]:
+        """On a GPU, a launch plan calls the compiled kernel's launcher itself (what
+        ``JITFunction.run`` ends with, without its binding, specialization and cache lookup)."""
+        direct = getattr(executor, "direct", None)
+        if direct is None:
+            return super().plan_launcher(key, executor, args)
+        return direct(args)
+
+    def _direct_launcher(self, key: K, executor: Callable[..., Any], call_args: tuple[Any, ...]
+                         ) -> tuple[Callable[[list[Any]], Any], frozenset[int]]:
+        """A launch of the warmed ``CompiledKernel`` of ``key`` with this call's grid and constants.
+
+        Every argument but the addresses is a function of the plan's signature, so the grid, the
+        constexprs and the specialization are this call's; the specialization is checked once
+        here against the warmed one (a different one would have been a compile). Addresses come
+        as ints (Triton's launcher takes an int or a ``data_ptr()``). Launched on the current
+        device's current stream, as ``JITFunction.run`` does; on another current device than the
+        plan's, the call goes through the executor (``JITFunction.run``) instead.
+        """
+        full = self._full_args(key, call_args)
+        art = self.artifact(key)
+        warmed = type(self)._variants.get(self.target, {}).get(key)
+        if art is None or warmed is None or self.variant(key, full) != warmed:
+            return super().plan_launcher(key, executor, call_args)
+        ck = art.executable
+        ck._init_handles()
+        names = self._call_params()
+        params = [p.name for p in self.kernel_fn.params]
+        slots = [params.index(n) for n in names]
+        dtypes = {i: a.dtype for i, a in enumerate(call_args) if isinstance(self.params[names[i]], Ptr)}
+        grid = tuple(self.grid(key, self._named(call_args)))
+        g0, g1, g2 = (*grid, 1, 1)[:3]
+        drv = triton.runtime.driver.active
+        get_device, get_stream = drv.get_current_device, drv.get_current_stream
+        device = get_device()
+        run, function, packed, runtime = ck.run, ck.function, ck.packed_metadata, knobs.runtime
+        template = list(full)
+
+        def launch(args: list[Any]) -> None:
+            if get_device() != device:
+                executor(*[Address(a, dtypes[i]) if i in dtypes else a for i, a in enumerate(args)])
+                return
+            values = template.copy()
+            for slot, a in zip(slots, args, strict=True):
+                values[slot] = a
+            stream = get_stream(device)
+            enter = runtime.launch_enter_hook
+            meta = ck.launch_metadata(grid, stream, *values) if enter is not None else None
+            run(g0, g1, g2, stream, function, packed, meta, enter, runtime.launch_exit_hook, *values)
+
+        return launch, frozenset(dtypes)
 
     def _interpreter_executor(self, key: K, variant: TritonVariant) -> Callable[..., Any]:
         fn, options = self.kernel_fn, self._options(key)

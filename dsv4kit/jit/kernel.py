@@ -35,6 +35,7 @@ import torch
 
 from dsv4kit.errors import ContractError, MissingExecutorError, WarmupError, input_error
 from dsv4kit.jit import coverage, monitor, registry
+from dsv4kit.jit.launch_plans import plan_safe
 from dsv4kit.jit.launcher import LaunchSpec
 from dsv4kit.jit.report import CompileArtifact, KeyReport, format_key
 from dsv4kit.jit.space import DispatchProgram, ZippedInputs, parse_dispatch, trace_dispatch
@@ -215,14 +216,24 @@ class JitKernel(Generic[K]):
             )
         return exe
 
+    @plan_safe
     def launch(self, spec: LaunchSpec, inputs: dict[str, Any] | None) -> Any:
-        """Run ``spec`` with the executor warmed for its key. Backends may override."""
+        """Run ``spec`` with the executor warmed for its key. Backends may override (an override
+        that does more than run the executor leaves its kernel without launch plans unless marked
+        :func:`~dsv4kit.jit.launch_plans.plan_safe`)."""
         result = self._get_or_compile(spec.key)(*spec.args)
         if spec.output is not None:
             result = spec.output
         if spec.finalizer is not None:
             result = spec.finalizer(result)
         return result
+
+    def plan_launcher(self, key: K, executor: Callable[..., Any], args: tuple[Any, ...]
+                      ) -> tuple[Callable[[list[Any]], Any], frozenset[int]]:
+        """How a launch plan of ``key`` runs (:mod:`dsv4kit.jit.launch_plans`): a function of the
+        executor's arguments, and the positions where it takes a bare address (an int) instead of
+        a tensor. Default: call the executor; a backend may launch the compiled code directly."""
+        return (lambda call_args: executor(*call_args)), frozenset()
 
     # ------------------------------------------------------------------ warmup
     def _compile_one(self, key: K, store: ArtifactStore | None = None,

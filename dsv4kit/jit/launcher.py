@@ -2,7 +2,9 @@
 
 Keeping the description declarative means one ``__call__`` serves every backend:
 it validates, dispatches and returns ``(key, args[, output[, finalizer]])``; the
-kernel's ``launch`` fetches the executor warmed for ``key`` and runs it.
+kernel's ``launch`` fetches the executor warmed for ``key`` and runs it. A call with value checks
+off whose argument signature was seen before skips ``__call__`` and runs the signature's
+:class:`~dsv4kit.jit.launch_plans.LaunchPlan` (same checks' outcome, same launch).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, overload
+
+from dsv4kit.jit.launch_plans import _STATE, MAX_PLANS, build_plan, launch_signature
 
 __all__ = ["Immediate", "LaunchSpec", "as_launch_spec", "kernel_launcher"]
 
@@ -69,9 +73,30 @@ def kernel_launcher(fn: Callable[..., Any] | None = None, *, bind_launch_inputs:
 
     def decorate(call: Callable[..., Any]) -> Callable[..., Any]:
         sig = inspect.signature(call)
+        names = list(sig.parameters)[1:]
+        debug_at = names.index("debug_checks") if "debug_checks" in names else None
+
+        def plannable(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+            """Value checks off (explicitly, or by the platform's default) and a plan-safe launch."""
+            if (bind_launch_inputs or debug_at is None or not _STATE["enabled"]
+                    or not getattr(type(self).launch, "plan_safe", False)):
+                return False
+            debug = kwargs.get("debug_checks") if len(args) <= debug_at else args[debug_at]
+            if debug is None:
+                platform = getattr(self, "platform", None)
+                return platform is not None and platform.is_cuda
+            return debug is False
 
         @functools.wraps(call)
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            described = launch_signature(args, kwargs) if plannable(self, args, kwargs) else None
+            plans = self.__dict__.setdefault("_launch_plans", {})
+            if described is not None:
+                plan = plans.get(described[0])
+                if plan is not None:
+                    if plan.valid(type(self)._executors.get(self.target)):
+                        return plan(described[1])
+                    del plans[described[0]]  # its executor was cleared: the full path reports a miss
             spec = as_launch_spec(call(self, *args, **kwargs), type(self).__name__)
             if isinstance(spec, Immediate):
                 return spec.value
@@ -82,7 +107,14 @@ def kernel_launcher(fn: Callable[..., Any] | None = None, *, bind_launch_inputs:
                 bound.apply_defaults()
                 inputs = dict(bound.arguments)
                 inputs.pop(next(iter(sig.parameters)))
-            return self.launch(spec, inputs)
+            result = self.launch(spec, inputs)
+            if described is not None:
+                plan = build_plan(self, spec, described[1])
+                if plan is not None:
+                    if len(plans) >= MAX_PLANS:
+                        plans.clear()
+                    plans[described[0]] = plan
+            return result
 
         wrapper.__kernel_launcher__ = True  # type: ignore[attr-defined]
         return wrapper

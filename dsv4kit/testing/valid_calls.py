@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from dsv4kit.family import FamilySpec
 from dsv4kit.family.schema import REQUIRED
 from dsv4kit.kernels.c4_compress.cases import make_case as c4_case
@@ -18,7 +20,7 @@ from dsv4kit.kernels.indexer_q.cases import make_case as iq_case
 from dsv4kit.kernels.rowquant.cases import regime
 from dsv4kit.kernels.save_partial_states.cases import make_case as k4_case
 
-__all__ = ["VALID", "bound", "valid_call"]
+__all__ = ["VALID", "bound", "twin", "valid_call"]
 
 
 def bound(spec: FamilySpec, args: tuple) -> dict[str, Any]:
@@ -52,3 +54,14 @@ def valid_call(spec: FamilySpec, *, with_defaults: bool = False) -> dict[str, An
     if not with_defaults:
         return call
     return {**{a.name: a.default for a in spec.args if a.default is not REQUIRED}, **call}
+
+
+def twin(t: torch.Tensor, device: torch.device | str | None = None) -> torch.Tensor:
+    """A copy of ``t`` (on ``device``, default its own) with the same storage size, storage offset,
+    sizes and strides: the same call signature, fresh memory (``clone`` would compact a view)."""
+    if t.device.type == "meta":
+        return t
+    raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())  # every byte
+    storage = (raw.clone() if device is None else raw.to(device)).untyped_storage()
+    return torch.empty(0, dtype=t.dtype, device=storage.device).set_(storage, t.storage_offset(), t.size(),
+                                                                     t.stride())

@@ -20,7 +20,7 @@ from dsv4kit.family.plans import call_signature
 from dsv4kit.family.spec import OP_OPTIONS
 from dsv4kit.kernels import families
 from dsv4kit.platform import cpu_platform
-from dsv4kit.testing.valid_calls import VALID, valid_call
+from dsv4kit.testing.valid_calls import VALID, twin, valid_call
 
 SPECS = {spec.name: spec for spec in families()}
 
@@ -31,18 +31,9 @@ def _valid(spec: FamilySpec) -> dict[str, Any]:
     return valid_call(spec, with_defaults=True)
 
 
-def _twin(t: torch.Tensor) -> torch.Tensor:
-    """A copy with the same storage size, offset, sizes and strides (``clone`` would compact a view)."""
-    if t.device.type == "meta":
-        return t
-    storage = t.untyped_storage().clone()
-    return torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, t.storage_offset(), t.size(),
-                                                               t.stride())
-
-
 def _outcome(fn: Any, kwargs: dict[str, Any]) -> tuple[str, Any]:
     """What a call did: ("raised", type and message) or ("returned", the bytes of every tensor)."""
-    fresh = {k: (_twin(v) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+    fresh = {k: (twin(v) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
     try:
         result = fn(**fresh)
     except Exception as exc:  # the type matters: a fast path must not turn one error into another

@@ -18,6 +18,7 @@ from dsv4kit.errors import input_error
 from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, ModelHooks, Site, TensorSpec, Variant
 from dsv4kit.formats.state_cache import allocate_state_cache
 from dsv4kit.jit import Immediate, JitKernel, kernel_launcher, zip_inputs
+from dsv4kit.jit.launch_plans import Address
 from dsv4kit.kernels.save_partial_states.reference import (
     ARGS,
     check_save_partial_states_inputs,
@@ -125,26 +126,6 @@ class SavePartialStatesBase(JitKernel["SavePartialStatesBase.CompileKey"]):
 GPU_ELEMS = 1024
 
 _INT32_MAX = 2**31 - 1
-
-
-class Address:
-    """A bare device address Triton can launch with (it reads only ``data_ptr()`` and ``dtype``).
-
-    The GPU launch passes these instead of anchor views: building four views costs ~20 us of
-    host time per call, an address costs nothing. The caller's tensors keep the memory alive.
-    """
-
-    __slots__ = ("_ptr", "dtype")
-
-    def __init__(self, ptr: int, dtype: torch.dtype) -> None:
-        self._ptr = ptr
-        self.dtype = dtype
-
-    def data_ptr(self) -> int:
-        return self._ptr
-
-    def __repr__(self) -> str:
-        return f"Address({self._ptr:#x}, {self.dtype})"
 
 
 def _lead(kernel: str, arg: str, x: torch.Tensor) -> int:
