@@ -31,6 +31,8 @@ bench1)
             --json "$work/bench_h200/$f.json" --plot "$work/bench_h200/$f.png"
     done ;;
 bench2)
+    [ -n "${WITH_HOST:-}" ] && step host 120 python3 benchmarks/host_overhead.py --executor real --calls 300 \
+        --repeats 5 --out "$work/host_overhead_h200"
     for f in dequant_gather save_partial_states c4_compress c128_compress; do
         lim=120; [ "$f" = c4_compress ] && lim=200
         step "bench_$f" "$lim" python3 -m dsv4kit bench --family "$f" --rep-ms 60 \

@@ -44,7 +44,7 @@ from dsv4kit.family.spec import DEFAULT_VARIANT
 from dsv4kit.jit import launch_plans
 from dsv4kit.kernels import families
 from dsv4kit.platform import current_platform
-from dsv4kit.testing.valid_calls import valid_call
+from dsv4kit.testing.valid_calls import twin, valid_call
 
 
 def _mean_us(fn: Any, calls: int, repeats: int) -> float:
@@ -89,7 +89,8 @@ _DEBUG = {"off": False, "on": True, "default": None}
 def measure(spec: FamilySpec, backend: str, device: str, executor: str, calls: int, repeats: int,
             top: int, debug_checks: str = "off") -> dict[str, Any]:
     """One op on one backend: the three paths' mean µs per call and a profile of the planned path."""
-    call = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in valid_call(spec).items()}
+    # twin, not .to: the same sizes, strides and offsets on the device (.to would compact a view)
+    call = {k: (twin(v, device) if isinstance(v, torch.Tensor) else v) for k, v in valid_call(spec).items()}
     call["debug_checks"] = _DEBUG[debug_checks]
     kernel = spec.kernel(_variant(spec, call), torch.device(device), backend)
     spec.op(**call, backend=backend)                  # warms the key and plans the signature
