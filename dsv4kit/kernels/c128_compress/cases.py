@@ -226,12 +226,13 @@ def _windows(args: dict[str, Any], idx: torch.Tensor) -> tuple[torch.Tensor, tor
 def judge_k7(case: C128Case, got: torch.Tensor, want: torch.Tensor) -> K7Verdict:
     """Judge K7's ``out`` ``got`` against the reference's ``want`` (both from ``case``'s sentinel ``out``)."""
     got, want = got.cpu(), want.cpu()
-    idx = _k7_rows(case)
+    rows = _k7_rows(case)                    # on the case's device: it indexes the case's tensors
+    idx = rows.cpu()
     written = torch.zeros(got.shape[0], dtype=torch.bool)
     written[idx] = True
     other = bool(torch.equal(got[~written].view(torch.int32), want[~written].view(torch.int32)))
-    k, _ = _windows(case.args, idx)
-    report = check_fp32_rule(got[idx], want[idx], k.abs().amax(dim=1))
+    k, _ = _windows(case.args, rows)
+    report = check_fp32_rule(got[idx], want[idx], k.abs().amax(dim=1).cpu())
     return K7Verdict(case.label, report, len(idx), other)
 
 
