@@ -35,6 +35,9 @@ from typing import Any
 from dsv4kit.results import Recorded, results_dir
 
 __all__ = [
+    "BENCH_RUNS",
+    "HostOverhead",
+    "LaunchPlanCheck",
     "BANDWIDTH_FIELDS",
     "DECODE_SIZES",
     "SCHEMA",
@@ -49,6 +52,8 @@ __all__ = [
     "make_row",
     "WarmupKey",
     "read_results",
+    "recorded_host_overhead",
+    "recorded_launch_plans",
     "recorded_warmup",
     "recorded_run",
     "recorded_runs",
@@ -450,6 +455,21 @@ def _encoders(root: Path, name: str) -> RecordedRun:
                        "store hooks E1-E5: benchmarks/encoders_gpu_check.py; numerics only, no timings")
 
 
+def _bench(root: Path, name: str) -> RecordedRun:
+    """``bench_h200/<plan>.json``: one ``dsv4kit bench --family <plan>`` run, written in this schema."""
+    path = root / name
+    prov, rows, decode, _ = read_results(path)
+    (family,) = prov["family"]
+    copy = json.loads(path.read_text())["copy_GBps"]
+    return RecordedRun(name, family, Recorded.from_path(path), copy, tuple(rows), (path,),
+                       f"dsv4kit bench --family {family}: kernel (graph replay), op, eager and compiled "
+                       "reference, decode sizes", tuple(decode))
+
+
+#: The plans ``dsv4kit bench`` recorded on the H200 (``bench_h200/<plan>.json``).
+BENCH_RUNS = tuple(f"bench_h200/{plan}.json" for plan in (
+    "indexer_q", "dequant_gather", "save_partial_states", "c4_compress", "c128_compress", "rowquant"))
+
 #: Every recorded run with timings (or, for the encoders, the record saying there are none):
 #: ``(path under the results directory, converter)``. Runs of other kinds (replays, sanitizers,
 #: stream checks, the K3 fault probes and the faulted sweeps) hold no bandwidth numbers.
@@ -465,10 +485,12 @@ CONVERTERS: tuple[tuple[str, Callable[[Path, str], RecordedRun]], ...] = (
     ("c128_compress_h200", _c128_compress),
     ("backends_h200.json", _rowquant),
     ("encoders_h200/encoders_gpu_check.json", _encoders),
+    *((name, _bench) for name in BENCH_RUNS),
 )
-#: Runs whose record is the current one of their family (the others are history).
-CURRENT = ("indexer_q_h200.json", "dequant_gather", "save_partial_states_h200", "c4_compress_h200",
-           "c128_compress_h200", "backends_h200.json")
+#: Runs whose record is the current one of their family (the others are history): the one sweep
+#: of every family by ``dsv4kit bench``, and the C128 record for what that sweep lacks (K8a / K8b,
+#: and K7 on tokens in (request, position) order; the sweep's K7 tokens are interleaved).
+CURRENT = (*BENCH_RUNS, "c128_compress_h200")
 
 
 def recorded_run(name: str, root: Path | None = None) -> RecordedRun:
@@ -563,3 +585,45 @@ def recorded_warmup(root: Path | None = None) -> list[WarmupKey]:
             for k in r.get("per_key", []):
                 add("rowquant", backend, k, "backends_h200.json")
     return out
+
+
+# --------------------------------------------------------------------------- host overhead, launch plans
+
+
+@dataclass(frozen=True)
+class HostOverhead:
+    """``host_overhead_<device>/host_overhead.json`` (``benchmarks/host_overhead.py``): µs of host
+    time per call on each path, per op and backend, and an empty Triton launch for scale."""
+
+    record: Recorded
+    rows: tuple[Mapping[str, Any], ...]
+    empty_launch_us: float | None
+
+    PATHS = ("op full", "op planned", "kernel full", "kernel planned")
+
+
+@dataclass(frozen=True)
+class LaunchPlanCheck:
+    """``launch_plans_<device>/launch_plans.json`` (``benchmarks/launch_plans_gpu_check.py``): per op
+    and backend, whether the planned call and its CUDA-graph replay wrote the full path's bytes."""
+
+    record: Recorded
+    rows: tuple[Mapping[str, Any], ...]
+
+    def ok(self) -> int:
+        return sum(bool(r.get("ok")) for r in self.rows)
+
+
+def recorded_host_overhead(root: Path | None = None, name: str = "host_overhead_h200/host_overhead.json"
+                           ) -> HostOverhead:
+    """The recorded host-overhead run ``name`` under ``root`` (default: the results directory)."""
+    path = (root if root is not None else results_dir()) / name
+    data = json.loads(path.read_text())
+    return HostOverhead(Recorded.from_path(path), tuple(data["rows"]), data.get("empty_launch_us"))
+
+
+def recorded_launch_plans(root: Path | None = None, name: str = "launch_plans_h200/launch_plans.json"
+                          ) -> LaunchPlanCheck:
+    """The recorded launch-plan check ``name`` under ``root`` (default: the results directory)."""
+    path = (root if root is not None else results_dir()) / name
+    return LaunchPlanCheck(Recorded.from_path(path), tuple(json.loads(path.read_text())["rows"]))

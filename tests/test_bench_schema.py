@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dsv4kit import bench
+from dsv4kit import bench, bench_schema
 from dsv4kit.bench_schema import (
     BANDWIDTH_FIELDS,
     CONVERTERS,
@@ -251,3 +251,22 @@ def test_plans_reproduce_recorded_bytes():
     rec = {(r.config, r.size): r.bytes for r in k4.rows}
     for pt in bench.PLANS["save_partial_states"].points(65536):
         assert rec[(pt.config, 65536)] == pt.nbytes
+
+
+@pytest.mark.parametrize("name", bench_schema.BENCH_RUNS)
+def test_bench_runs_read_back_value_for_value(name):
+    """A ``dsv4kit bench`` record is already in the schema: the run holds its rows, decode rows and
+    copy unchanged, and every fraction is GBps over that copy."""
+    run = recorded_run(name, ROOT)
+    data = json.loads((ROOT / name).read_text())
+    assert data["schema"] == SCHEMA and run.family == name.split("/")[1].removesuffix(".json")
+    assert run.copy_GBps == data["copy_GBps"] > 4000
+    assert len(run.rows) == len(data["rows"]) and len(run.decode) == len(data["decode"])
+    for row, d in zip(run.rows, data["rows"], strict=True):
+        assert row.kernel == d["kernel"] and row.size == d["size"] and _same(row.median_us, d["median_us"])
+        if row.bytes and row.median_us == row.median_us:
+            assert row.GBps == pytest.approx(row.bytes / row.median_us / 1e3, rel=1e-9)
+            assert row.fraction_of_copy == pytest.approx(row.GBps / run.copy_GBps, rel=1e-9)
+    assert not any(r.error for r in run.rows)
+    assert run.provenance["device"] == "NVIDIA H200" and name.split("/")[1].removesuffix(".json") in \
+        run.provenance["kernel_source_hash"]

@@ -12,11 +12,14 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from dsv4kit.bench_schema import KERNEL, BenchRow, RecordedRun, WarmupKey
+from dsv4kit.bench_schema import KERNEL, BenchRow, HostOverhead, LaunchPlanCheck, RecordedRun, WarmupKey
 
 __all__ = [
     "best_by_size",
+    "decode_markdown",
     "headline_markdown",
+    "host_overhead_markdown",
+    "launch_plans_markdown",
     "largest_point",
     "plot_bandwidth",
     "plot_recorded_bandwidth",
@@ -186,4 +189,43 @@ def headline_markdown(runs: Sequence[RecordedRun]) -> str:
             frac = f"{100 * r.fraction_of_copy:.1f} %" if r.fraction_of_copy is not None else "-"
             lines.append(f"| `{run.name}` | {kernel} | {backend} | {r.size} | {r.config or '-'} | "
                          f"{r.GBps:.0f} | {frac} |")
+    return "\n".join(lines)
+
+
+def decode_markdown(runs: Sequence[RecordedRun], target_us: float = 2.0) -> str:
+    """Every decode row of ``runs`` (CUDA-graph replays next to an empty kernel on the same stream),
+    marking the ones within ``target_us`` of the empty kernel."""
+    lines = ["| kernel | config | backend | T | kernel µs | empty µs | over empty µs | within target |",
+             "|---" * 8 + "|"]
+    for run in runs:
+        for d in run.decode:
+            ok = "yes" if d.over_empty_us <= target_us else "**no**"
+            lines.append(f"| {d.kernel} | {d.config or '-'} | {d.backend} | {d.size} | {d.kernel_us:.2f} | "
+                         f"{d.empty_kernel_us:.2f} | {d.over_empty_us:.2f} | {ok} |")
+    return "\n".join(lines)
+
+
+def host_overhead_markdown(h: HostOverhead) -> str:
+    """µs of host time per call on each path (``benchmarks/host_overhead.py``), per op and backend."""
+    head = "| op | backend | " + " | ".join(f"{p} µs" for p in h.PATHS) + " | planned / full (kernel) |"
+    lines = [head, "|---" * (len(h.PATHS) + 3) + "|"]
+    for r in h.rows:
+        ratio = r["kernel planned us"] / r["kernel full us"]
+        lines.append(f"| {r['op']} | {r['backend']} | " + " | ".join(f"{r[p + ' us']:.1f}" for p in h.PATHS)
+                     + f" | {ratio:.2f} |")
+    if h.empty_launch_us is not None:
+        lines.append(f"\nAn empty `@triton.jit` kernel through `JITFunction.run`: {h.empty_launch_us:.1f} µs "
+                     "per launch.")
+    return "\n".join(lines)
+
+
+def launch_plans_markdown(c: LaunchPlanCheck) -> str:
+    """Per op and backend: planned, direct launch, eager and graph bytes identical, bad inputs refused."""
+    lines = ["| op | backend | planned | direct launch | eager identical | graph identical | "
+             "bad inputs refused |", "|---" * 7 + "|"]
+    for r in c.rows:
+        bad = r.get("bad_inputs_named", {})
+        lines.append(f"| {r['op']} | {r['backend']} | {r.get('planned')} | {r.get('direct_launch')} | "
+                     f"{r.get('eager_identical')} | {r.get('graph_identical')} | "
+                     f"{sum(bad.values())}/{len(bad)} |")
     return "\n".join(lines)
