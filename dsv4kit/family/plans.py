@@ -17,6 +17,12 @@ straight to the kernel, which still runs every check of its own (shapes, strides
 value checks): the fast path removes repeated work, never a check. Any argument the signature
 cannot describe (an unknown keyword, an unhashable value, too many positionals) takes the full
 path, which raises the error.
+
+One step further, :class:`OpLaunch`: when the kernel keeps a launch plan for the call
+(:mod:`dsv4kit.jit.launch_plans`: value checks off), the op call's own *launch* signature (every
+tensor's full metadata, scalars by value, plus the process's current platform) fixes both layers'
+outcomes, so a call with a known launch signature runs the kernel's launch plan at once: one
+signature per call instead of two, no keyword dict.
 """
 
 from __future__ import annotations
@@ -28,9 +34,10 @@ from typing import Any
 import torch
 
 from dsv4kit.family.schema import Arg, normalize_scalar
+from dsv4kit.jit.launch_plans import _STATE, LaunchPlan, launch_signature
 from dsv4kit.platform import current_platform
 
-__all__ = ["MAX_PLANS", "CallPlan", "call_signature", "plan_for"]
+__all__ = ["MAX_PLANS", "CallPlan", "OpLaunch", "call_signature", "op_launch_for", "plan_for"]
 
 #: Plans kept per op; the table is cleared when full (a long tail of choice values is rare).
 MAX_PLANS = 1024
@@ -123,3 +130,42 @@ def plan_for(kernel: Any, platform: Any, args: Sequence[Arg], options: tuple[str
     drop = tuple(options) + ((variant_arg,) if variant_arg else ())
     return CallPlan(kernel, platform, tuple(a.name for a in args[: len(positional)]),
                     {a.name: a.kind for a in args}, defaults, drop, debug_checks)
+
+
+@dataclass(frozen=True)
+class OpLaunch:
+    """An op call signature's kernel launch plan, and where its tensors sit among the op call's."""
+
+    kernel: Any
+    platform: Any                      # held so that the id in the key stays this object's
+    plan: LaunchPlan
+    order: tuple[int, ...]             # kernel-call tensor i is op-call tensor order[i]
+
+    def __call__(self, tensors: list[torch.Tensor]) -> Any:
+        return self.plan([tensors[i] for i in self.order])
+
+    def valid(self) -> bool:
+        """Plans on, and the launch plan's executor still the one cached for its key."""
+        k = self.kernel
+        return _STATE["enabled"] and self.plan.valid(type(k)._executors.get(k.target))
+
+
+def op_launch_for(plan: CallPlan, positional: tuple[Any, ...], keywords: Mapping[str, Any],
+                  tensors: list[torch.Tensor]) -> OpLaunch | None:
+    """The :class:`OpLaunch` of a call that just ran through ``plan`` (``tensors``: the op call's,
+    from :func:`~dsv4kit.jit.launch_plans.launch_signature`), or None when the kernel keeps no
+    launch plan for it."""
+    kwargs = {**plan.kernel_args(positional, keywords), "debug_checks": plan.debug_checks}
+    described = launch_signature((), kwargs)
+    if described is None:
+        return None
+    launch = plan.kernel.__dict__.get("_launch_plans", {}).get(described[0])
+    if launch is None:
+        return None
+    order = []
+    for t in described[1]:
+        i = next((j for j, u in enumerate(tensors) if u is t), None)
+        if i is None:
+            return None  # a tensor the op call did not pass
+        order.append(i)
+    return OpLaunch(plan.kernel, plan.platform, launch, tuple(order))

@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from dsv4kit.errors import ContractError, KernelInputError, input_error
-from dsv4kit.family.plans import MAX_PLANS, CallPlan, call_signature, plan_for
+from dsv4kit.family.plans import MAX_PLANS, CallPlan, OpLaunch, call_signature, op_launch_for, plan_for
 from dsv4kit.family.schema import Arg, arg_table_markdown, check_args
 from dsv4kit.jit import JitKernel, registry
+from dsv4kit.jit.launch_plans import _STATE, launch_signature
 from dsv4kit.platform import BACKENDS, Platform, current_platform
 
 if TYPE_CHECKING:
@@ -134,6 +135,7 @@ class FamilySpec:
     _kernels: dict[tuple[type, Platform], JitKernel] = field(default_factory=dict, compare=False, repr=False)
     _keys: dict[tuple[type, Any], list[Any]] = field(default_factory=dict, compare=False, repr=False)
     _plans: dict[tuple[Any, ...], CallPlan] = field(default_factory=dict, compare=False, repr=False)
+    _launches: dict[tuple[Any, ...], OpLaunch] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         where = f"FamilySpec({self.name})"
@@ -245,13 +247,27 @@ class FamilySpec:
         """Run the op: check the table and the devices, pick the variant and backend, call the kernel.
 
         The op layer's outcome is kept per argument signature (:mod:`dsv4kit.family.plans`): a call
-        of a signature already checked goes straight to the kernel, which runs its own checks.
+        of a signature already checked goes straight to the kernel, which runs its own checks; a
+        call whose launch signature has an :class:`~dsv4kit.family.plans.OpLaunch` runs the
+        kernel's launch plan at once (False marks a launch signature the kernel does not plan).
         """
+        described = launch_signature(args, kwargs) if _STATE["enabled"] else None
+        fast: OpLaunch | bool | None = None
+        if described is not None:
+            key = (described[0], id(current_platform()))
+            fast = self._launches.get(key)
+            if fast and fast.valid():
+                return fast(described[1])
         sig = call_signature(self.args, OP_OPTIONS, args, kwargs, self._rows)
         plan = self._plans.get(sig) if sig is not None else None
-        if plan is not None:
-            return plan(args, kwargs)
-        return self.call_checked(*args, _signature=sig, **kwargs)
+        if plan is None:
+            return self.call_checked(*args, _signature=sig, **kwargs)
+        result = plan(args, kwargs)  # the kernel's keywords in the plan's order, the order OpLaunch finds
+        if described is not None and fast is not False:
+            if len(self._launches) >= MAX_PLANS:
+                self._launches.clear()
+            self._launches[key] = op_launch_for(plan, args, kwargs, described[1]) or False
+        return result
 
     def call_checked(self, *args: Any, _signature: tuple[Any, ...] | None = None, **kwargs: Any) -> Any:
         """The full path of :meth:`call`, whatever plans exist; with ``_signature`` (the call's), the

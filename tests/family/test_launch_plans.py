@@ -165,3 +165,30 @@ def test_a_view_of_a_shared_storage_is_rebuilt_from_the_new_call(hits: list[str]
     assert hits == [_kernels(spec)[0].name]
     assert got.data_ptr() == again["out"].data_ptr() != call["out"].data_ptr()
     assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+def test_an_op_call_with_a_known_launch_signature_runs_the_kernel_plan_at_once(
+        monkeypatch: pytest.MonkeyPatch, hits: list[str]) -> None:
+    from dsv4kit.family.plans import OpLaunch
+
+    spec = SPECS["indexer_q"]
+    call = {**valid_call(spec, with_defaults=True), **OFF}
+    _clear(spec)
+    spec._launches.clear()
+    for _ in range(3):     # full path, then the call plan (the kernel plans it), then the op launch
+        spec.op(**call)
+    fused = [v for v in spec._launches.values() if v]
+    assert len(fused) == 1 and isinstance(fused[0], OpLaunch)
+
+    def no_call_plan(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the call plan ran for a known launch signature")
+
+    monkeypatch.setattr("dsv4kit.family.plans.CallPlan.__call__", no_call_plan)
+    hits.clear()
+    with launch_plans.disabled():
+        with pytest.raises(AssertionError, match="call plan ran"):
+            spec.op(**call)                                    # plans off: not the op launch
+    out = spec.op(**call)
+    assert hits == [_kernels(spec)[0].name] and len(out) == 2
+    with pytest.raises(AssertionError, match="call plan ran"):
+        spec.op(**{**call, "softmax_scale": 0.5})   # another value: the op's call plan (same types) runs
