@@ -42,6 +42,7 @@ __all__ = [
     "dequant_gather_bytes",
     "empty_kernel_us",
     "graph_median_ms",
+    "in_request_order",
     "indexer_q_bytes",
     "provenance",
     "run_child",
@@ -419,6 +420,18 @@ def _boundaries(lens: tuple[int, ...], starts: tuple[int, ...] | None, ratio: in
     return sum((s + n) // ratio - s // ratio for s, n in zip(starts, lens, strict=True))
 
 
+#: Per-token arrays of the compressor ops (what :func:`in_request_order` sorts).
+_PER_TOKEN = ("token_to_req", "positions", "slot_mapping", "kv_slot_mapping")
+
+
+def in_request_order(args: Mapping[str, Any]) -> dict[str, Any]:
+    """A compressor call with its tokens sorted by (request, position), the layout of a serving
+    batch. The cases interleave requests (kernels must not assume an order); the sweep measures
+    the order production has. Same tokens, same bytes; only the order of the per-token arrays."""
+    order = torch.argsort(args["token_to_req"].long() * (1 << 40) + args["positions"])
+    return {k: (v[order].contiguous() if k in _PER_TOKEN and v is not None else v) for k, v in args.items()}
+
+
 def _c4_points(t: int) -> list[Point]:
     lens = _split(t)
     starts = _decode_starts(lens, 4, t)
@@ -429,7 +442,7 @@ def _c4_points(t: int) -> list[Point]:
             from dsv4kit.kernels.c4_compress.cases import make_case
 
             case = make_case(op, lens=lens, starts=starts, kv_bs=64, padding=False, seed=t, **kw)
-            return dict(case.fresh(device).args)
+            return in_request_order(case.fresh(device).args)
 
         return make
 
@@ -444,7 +457,8 @@ def _c128_points(t: int) -> list[Point]:
     def make(device: str) -> dict[str, Any]:
         from dsv4kit.kernels.c128_compress.cases import make_k7_case
 
-        return dict(make_k7_case(lens=lens, starts=starts, padding=False, seed=t).fresh(device).args)
+        case = make_k7_case(lens=lens, starts=starts, padding=False, seed=t)
+        return in_request_order(case.fresh(device).args)
 
     nbytes = c128_compress_bytes(t, _boundaries(lens, starts, 128))
     return [Point("c128_compress", "c128_compress", "", t, nbytes, make)]

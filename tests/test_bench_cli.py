@@ -197,3 +197,29 @@ def test_parse_key_types():
                                                "cos_sin_dtype=float32, coarsen=1"])
     assert key == cls.CompileKey(head_dim=128, rope_dim=64, num_heads=64, cos_sin_dtype="float32", coarsen=1)
     assert bench_cli.find_kernel("indexer_q_rope_quant", "cutedsl", "mxfp4")[1:] == ("mxfp4", "cutedsl")
+
+
+@pytest.mark.parametrize("plan_name", ["c4_compress", "c128_compress"])
+def test_compressor_sweeps_run_tokens_in_request_order_and_compute_what_the_cases_do(plan_name):
+    """The sweep sorts a compressor call's tokens by (request, position); the op on the sorted call
+    writes, token for token, what it writes on the case's interleaved order (CPU interpreter)."""
+    from dsv4kit.kernels import family
+
+    for pt in bench.PLANS[plan_name].points(24):
+        args = pt.build("cpu")
+        key = args["token_to_req"].long() * (1 << 40) + args["positions"]
+        assert torch.equal(key, key.sort().values), "tokens in (request, position) order"
+        spec = family(pt.family)
+        shuffled = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
+        perm = torch.randperm(args["positions"].shape[0], generator=torch.Generator().manual_seed(0))
+        for k in ("token_to_req", "positions", "slot_mapping", "kv_slot_mapping"):
+            if shuffled.get(k) is not None:
+                shuffled[k] = shuffled[k][perm].contiguous()
+        a = spec.op(**args, backend="triton")
+        b = spec.op(**shuffled, backend="triton")
+        if a is not None:   # K7 returns its rows per token: compare in the sorted order
+            assert torch.equal(a.view(torch.int32), b.view(torch.int32)[perm.argsort()])
+        for k, v in args.items():
+            if isinstance(v, torch.Tensor) and k not in ("token_to_req", "positions", "slot_mapping",
+                                                         "kv_slot_mapping", "out"):   # out: rows per token
+                assert torch.equal(v.view(torch.uint8), shuffled[k].view(torch.uint8)), k
