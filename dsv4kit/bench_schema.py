@@ -46,6 +46,7 @@ __all__ = [
     "DecodeRow",
     "HostRow",
     "RecordedRun",
+    "SassMix",
     "decode_rows",
     "host_rows",
     "label",
@@ -54,6 +55,7 @@ __all__ = [
     "read_results",
     "recorded_host_overhead",
     "recorded_launch_plans",
+    "recorded_sass_mix",
     "recorded_warmup",
     "recorded_run",
     "recorded_runs",
@@ -627,3 +629,35 @@ def recorded_launch_plans(root: Path | None = None, name: str = "launch_plans_h2
     """The recorded launch-plan check ``name`` under ``root`` (default: the results directory)."""
     path = (root if root is not None else results_dir()) / name
     return LaunchPlanCheck(Recorded.from_path(path), tuple(json.loads(path.read_text())["rows"]))
+
+
+@dataclass(frozen=True)
+class SassMix:
+    """One kernel of ``sass_mix_sm90a/sass_mix.json`` (``benchmarks/sass_mix.py``, static, on CPU):
+    its instruction time over its DRAM time at the copy rate, and the fraction of the copy that
+    bounds (``1 / ratio`` above 1)."""
+
+    kernel: str                        # as the bench rows name it ("indexer_q/fp8", "rowquant", ...)
+    backend: str
+    config: str
+    registers: int | None
+    occupancy: float
+    instr_per_byte: float
+    instr_over_dram: float
+    busiest: str
+    ceiling_fraction_of_copy: float
+
+
+def recorded_sass_mix(root: Path | None = None, name: str = "sass_mix_sm90a/sass_mix.json"
+                      ) -> tuple[Recorded, list[SassMix]]:
+    """The recorded static SASS analysis ``name`` under ``root`` (default: the results directory)."""
+    path = (root if root is not None else results_dir()) / name
+    out = []
+    for k in json.loads(path.read_text())["kernels"]:
+        head = k["sass"]["headline"]
+        pm = head["pipe_model"]
+        kernel = k["family"] if k["variant"] == "default" else f"{k['family']}/{k['variant']}"
+        out.append(SassMix(kernel, k["backend"], k["config"], k["resources"].get("registers"),
+                           k["occupancy"]["occupancy"], head["instr_per_byte"], pm["instr_over_dram"],
+                           pm["busiest"], pm["ceiling_fraction_of_copy"]))
+    return Recorded.from_path(path), out

@@ -270,3 +270,21 @@ def test_bench_runs_read_back_value_for_value(name):
     assert not any(r.error for r in run.rows)
     assert run.provenance["device"] == "NVIDIA H200" and name.split("/")[1].removesuffix(".json") in \
         run.provenance["kernel_source_hash"]
+
+
+def test_host_overhead_launch_plan_and_sass_records_read_back():
+    """The three records of issue 16's host side and analysis load with their own numbers."""
+    ho = bench_schema.recorded_host_overhead(ROOT)
+    raw = json.loads((ROOT / "host_overhead_h200/host_overhead.json").read_text())
+    assert [r["op"] for r in ho.rows] == [r["op"] for r in raw["rows"]] and ho.empty_launch_us == raw[
+        "empty_launch_us"]
+    lp = bench_schema.recorded_launch_plans(ROOT)
+    lp_rows = json.loads((ROOT / "launch_plans_h200/launch_plans.json").read_text())["rows"]
+    assert lp.ok() == sum(r["ok"] for r in lp_rows) == len(lp_rows)
+    rec, mix = bench_schema.recorded_sass_mix(ROOT)
+    kernels = json.loads((ROOT / "sass_mix_sm90a/sass_mix.json").read_text())["kernels"]
+    assert len(mix) == len(kernels) and rec.provenance["arch"] == "sm_90a"
+    for m, k in zip(mix, kernels, strict=True):
+        assert m.backend == k["backend"] and m.instr_over_dram == k["sass"]["headline"]["pipe_model"][
+            "instr_over_dram"]
+        assert m.kernel.startswith(k["family"])

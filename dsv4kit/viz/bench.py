@@ -12,7 +12,15 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from dsv4kit.bench_schema import KERNEL, BenchRow, HostOverhead, LaunchPlanCheck, RecordedRun, WarmupKey
+from dsv4kit.bench_schema import (
+    KERNEL,
+    BenchRow,
+    HostOverhead,
+    LaunchPlanCheck,
+    RecordedRun,
+    SassMix,
+    WarmupKey,
+)
 
 __all__ = [
     "best_by_size",
@@ -20,12 +28,14 @@ __all__ = [
     "headline_markdown",
     "host_overhead_markdown",
     "launch_plans_markdown",
+    "measured_fraction",
     "largest_point",
     "plot_bandwidth",
     "plot_recorded_bandwidth",
     "plot_roofline",
     "plot_warmup_keys",
     "run_title",
+    "sass_mix_markdown",
     "status_markdown",
 ]
 
@@ -228,4 +238,29 @@ def launch_plans_markdown(c: LaunchPlanCheck) -> str:
         lines.append(f"| {r['op']} | {r['backend']} | {r.get('planned')} | {r.get('direct_launch')} | "
                      f"{r.get('eager_identical')} | {r.get('graph_identical')} | "
                      f"{sum(bad.values())}/{len(bad)} |")
+    return "\n".join(lines)
+
+
+def measured_fraction(runs: Sequence[RecordedRun], kernel: str, backend: str, config: str) -> float | None:
+    """The fraction of the copy ``kernel`` reached at its largest size in ``runs`` (the first run that
+    has it), for ``config``; None when no run has that point."""
+    for run in runs:
+        rows = [r for r in run.rows if r.kernel == kernel and r.backend == backend and r.variant == KERNEL
+                and r.config == config and r.fraction_of_copy is not None]
+        if rows:
+            return max(rows, key=lambda r: r.size).fraction_of_copy
+    return None
+
+
+def sass_mix_markdown(mix: Sequence[SassMix], runs: Sequence[RecordedRun]) -> str:
+    """Static analysis next to the measurement: instructions per byte, instruction time over DRAM
+    time at the copy rate (the busiest pipe), the ceiling it implies, and the measured fraction."""
+    lines = ["| kernel | config | backend | regs | occupancy | instr / B | instr / DRAM time | busiest | "
+             "ceiling | measured |", "|---" * 10 + "|"]
+    for m in mix:
+        got = measured_fraction(runs, m.kernel, m.backend, m.config)
+        lines.append(f"| {m.kernel} | {m.config or '-'} | {m.backend} | {m.registers} | {m.occupancy:.2f} | "
+                     f"{m.instr_per_byte:.1f} | {m.instr_over_dram:.2f} | {m.busiest} | "
+                     f"{100 * m.ceiling_fraction_of_copy:.0f} % | "
+                     f"{'-' if got is None else f'{100 * got:.1f} %'} |")
     return "\n".join(lines)
