@@ -484,18 +484,16 @@ def core_check(case: C128Case, fn, want: torch.Tensor, ctx: Ctx, what: str) -> d
 
 def model_bytes(op: str, a: dict[str, Any]) -> int:
     """Bytes per call of the model in the docstring."""
+    from dsv4kit.bench import ENTRY_BYTES, c128_compress_bytes, c128_store_bytes
+
     t = int(a["positions"].numel())
     live = (a["slot_mapping"] >= 0) & ((a["positions"] + 1) % RATIO == 0)
     if op == K7:
-        nb = int(live.sum())
-        return nb * RATIO * 1024 * 4 + t * (4 + 8 + 8) + nb * 512 * 4
+        return c128_compress_bytes(t, int(live.sum()))
     nb = int((live & (a["kv_slot_mapping"] >= 0)).sum())
-    if op == K8A:
-        entry = 584
-    else:
-        entry = 1024 if a.get("fp8_scale") is None else 512
+    fmt = "fp8_ds_mla" if op == K8A else ("bf16" if a.get("fp8_scale") is None else "e4m3")
     w = a["rms_norm_weight"]
-    return t * 24 + nb * 512 * 4 + w.numel() * w.element_size() + nb * entry
+    return c128_store_bytes(t, nb, ENTRY_BYTES[fmt], w.numel() * w.element_size())
 
 
 class Timer:

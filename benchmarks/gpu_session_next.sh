@@ -4,12 +4,13 @@
 #     bash benchmarks/gpu_session_next.sh store OUT_DIR     # issue 15: the CPU-built store, loaded here
 #     bash benchmarks/gpu_session_next.sh bench1 OUT_DIR    # issue 16: launch plans, host overhead, K1/K2, rowquant
 #     bash benchmarks/gpu_session_next.sh bench2 OUT_DIR    # issue 16: K3, K4, C4 (K5/K6a/K6b), C128 (K7) sweeps
+#     bash benchmarks/gpu_session_next.sh bench3 OUT_DIR    # issue 16: K8a/K8b, E1-E5 sweeps, host overhead
 # Before the store phase, on the CPU machine: bash benchmarks/prepare_gpu_store.sh, then carry
 # .carry-store with the call. CuTeDSL first (../shared/device/README.md: two calls). Each step
 # has its own time limit and log; one that fails or times out does not stop the others.
 # Everything ends up in OUT_DIR/records.tar.gz and OUT_DIR/session.log.
 set -u
-usage="usage: gpu_session_next.sh pipeline|store|bench1|bench2 OUT_DIR"
+usage="usage: gpu_session_next.sh pipeline|store|bench1|bench2|bench3 OUT_DIR"
 phase=${1:?$usage}
 out=${2:?$usage}
 source "$(dirname "$0")/gpu_session_lib.sh"
@@ -36,6 +37,13 @@ bench2)
     for f in dequant_gather save_partial_states c4_compress c128_compress; do
         lim=120; [ "$f" = c4_compress ] && lim=200
         step "bench_$f" "$lim" python3 -m dsv4kit bench --family "$f" --rep-ms 60 \
+            --json "$work/bench_h200/$f.json" --plot "$work/bench_h200/$f.png"
+    done ;;
+bench3)
+    step host 120 python3 benchmarks/host_overhead.py --executor real --calls 300 --repeats 5 \
+        --out "$work/host_overhead_h200"
+    for f in c128_store store_rows; do
+        step "bench_$f" 150 python3 -m dsv4kit bench --family "$f" --rep-ms 60 \
             --json "$work/bench_h200/$f.json" --plot "$work/bench_h200/$f.png"
     done ;;
 *) echo "unknown phase $phase ($usage)" >&2; exit 2 ;;

@@ -37,6 +37,7 @@ __all__ = [
     "backend_kernels",
     "bench_median_ms",
     "c128_compress_bytes",
+    "c128_store_bytes",
     "c4_compress_bytes",
     "copy_bandwidth_gbs",
     "dequant_gather_bytes",
@@ -49,6 +50,7 @@ __all__ = [
     "rowquant_bytes",
     "run_sweep",
     "save_partial_states_bytes",
+    "store_rows_bytes",
     "select_plans",
     "write_csv",
     "write_json",
@@ -246,6 +248,17 @@ def c128_compress_bytes(tokens: int, boundaries: int) -> int:
     """K7: 128 state rows of 1024 fp32 per boundary token, the per-token arrays (token_to_req,
     positions, slots), 512 fp32 written per boundary row."""
     return boundaries * 128 * 1024 * 4 + tokens * (4 + 8 + 8) + boundaries * 512 * 4
+
+
+def c128_store_bytes(tokens: int, entries: int, entry_bytes: int, norm_weight_bytes: int) -> int:
+    """K8a / K8b: the per-token arrays (positions, slots, kv slots: 24 B), 512 fp32 read per
+    written row, the norm weight once, every written entry."""
+    return tokens * 24 + entries * 512 * 4 + norm_weight_bytes + entries * entry_bytes
+
+
+def store_rows_bytes(tokens: int, entries: int, head_size: int, entry_bytes: int) -> int:
+    """E1-E5: the slots (int64 per row), an fp32 row read and an entry written per live slot."""
+    return tokens * 8 + entries * (head_size * 4 + entry_bytes)
 
 
 def rowquant_bytes(rows: int, cols: int, block: int = 128) -> int:
@@ -464,6 +477,65 @@ def _c128_points(t: int) -> list[Point]:
     return [Point("c128_compress", "c128_compress", "", t, nbytes, make)]
 
 
+#: K8 sweep points: (op, case keywords, config, entry format).
+K8_POINTS = (
+    ("c128_norm_rope_store_ds_mla", {}, "", "fp8_ds_mla"),
+    ("c128_norm_rope_store_plain", {}, "bf16", "bf16"),
+    ("c128_norm_rope_store_plain", {"fp8_scale": 0.5}, "fp8_scale=0.5", "e4m3"),
+)
+
+
+def _k8_points(t: int) -> list[Point]:
+    boundaries = max(1, t // 128)   # one token in 128 closes a window
+
+    def build(op: str, kw: dict[str, Any]) -> Callable[[str], dict[str, Any]]:
+        def make(device: str) -> dict[str, Any]:
+            from dsv4kit.kernels.c128_compress.cases import make_k8_case
+
+            case = make_k8_case(op, t=t, boundaries=boundaries, kv_bs=64, padding=False, seed=t, **kw)
+            return dict(case.fresh(device).args)
+
+        return make
+
+    out = []
+    for op, kw, cfg, fmt in K8_POINTS:
+        make = build(op, kw)
+        a = make("cpu")             # the written entries and the norm weight's bytes, from the case
+        entries = int(((a["slot_mapping"] >= 0) & ((a["positions"] + 1) % 128 == 0)
+                       & (a["kv_slot_mapping"] >= 0)).sum())
+        w = a["rms_norm_weight"]
+        nbytes = c128_store_bytes(t, entries, ENTRY_BYTES[fmt], w.numel() * w.element_size())
+        out.append(Point(op, op, cfg, t, nbytes, make))
+    return out
+
+
+#: Store-hook sweep points: (op, case keywords, config, head size, entry format).
+STORE_POINTS = (
+    ("store_rows_ds", {}, "", 512, "fp8_ds_mla"),
+    ("store_rows_plain", {}, "bf16", 512, "bf16"),
+    ("store_rows_plain", {"fp8_scale": 0.5}, "fp8_scale=0.5", 512, "e4m3"),
+    ("store_rows_indexer", {"use_fp4": False}, "use_fp4=False", 128, "fp8"),
+    ("store_rows_indexer", {"use_fp4": True}, "use_fp4=True", 128, "mxfp4"),
+)
+
+
+def _store_points(t: int) -> list[Point]:
+    def build(op: str, kw: dict[str, Any]) -> Callable[[str], dict[str, Any]]:
+        def make(device: str) -> dict[str, Any]:
+            from dsv4kit.kernels.encoders.cases import make_case
+
+            return dict(make_case(op, t, kv_bs=64, seed=t, **kw).fresh(device).args)
+
+        return make
+
+    out = []
+    for op, kw, cfg, head, fmt in STORE_POINTS:
+        make = build(op, kw)
+        entries = int((make("cpu")["kv_slot_mapping"] >= 0).sum())
+        out.append(Point(op, op, cfg, t, store_rows_bytes(t, entries, head, ENTRY_BYTES[fmt]), make))
+    return out
+
+
 def _rowquant_points(m: int) -> list[Point]:
     n = 4096
 
@@ -476,8 +548,7 @@ def _rowquant_points(m: int) -> list[Point]:
 
 
 _DECODE = (1, 8, 64, 256)
-#: Every family with a sweep, by plan name. Families not here (K8a / K8b, the store hooks E1-E5)
-#: have no sweep yet: :func:`select_plans` says so.
+#: Every family with a sweep, by plan name (``c128_store``: K8a / K8b; ``store_rows``: E1-E5).
 PLANS: dict[str, SweepPlan] = {p.name: p for p in (
     SweepPlan("indexer_q", ("indexer_q",), (1024, 8192, 65536), _indexer_q_points, _DECODE,
               hash_family="indexer_q"),
@@ -489,6 +560,10 @@ PLANS: dict[str, SweepPlan] = {p.name: p for p in (
               (4096, 16384, 65536), _c4_points, _DECODE, hash_family="c4_compress"),
     SweepPlan("c128_compress", ("c128_compress",), (4096, 16384, 65536), _c128_points, _DECODE,
               hash_family="c128_compress"),
+    SweepPlan("c128_store", ("c128_norm_rope_store_ds_mla", "c128_norm_rope_store_plain"),
+              (4096, 16384, 65536), _k8_points, _DECODE, hash_family="c128_compress"),
+    SweepPlan("store_rows", ("store_rows_ds", "store_rows_plain", "store_rows_indexer"),
+              (4096, 16384, 65536), _store_points, _DECODE, hash_family="encoders"),
     SweepPlan("rowquant", ("rowquant",), (1024, 8192, 65536), _rowquant_points,
               size_axis="rows (4096 columns)", hash_family="rowquant"),
 )}

@@ -45,8 +45,16 @@ def test_family_selection():
     assert [p.name for p in bench.select_plans(["indexer_compress", "c4_compress_ds_mla"])] == ["c4_compress"]
     with pytest.raises(ValueError, match="not a family"):
         bench.select_plans(["nope"])
+    assert [p.name for p in bench.select_plans(["store_rows_ds", "c128_norm_rope_store_plain"])] == [
+        "c128_store", "store_rows"]
+
+
+def test_a_family_without_a_plan_is_named(monkeypatch, capsys):
+    monkeypatch.setattr(bench, "PLANS", {k: v for k, v in bench.PLANS.items() if k != "store_rows"})
     with pytest.raises(ValueError, match="without a sweep plan"):
         bench.select_plans(["store_rows_ds"])
+    assert bench_cli.main(["bench", "--family", "store_rows_plain"]) == 2
+    assert "without a sweep plan" in capsys.readouterr().err
 
 
 def test_every_plan_builds_valid_op_arguments_on_cpu():
@@ -71,8 +79,8 @@ def test_bench_without_gpu_exits_2(monkeypatch, capsys):
 
 
 def test_bench_unknown_family_exits_2(capsys):
-    assert bench_cli.main(["bench", "--family", "store_rows_plain"]) == 2
-    assert "without a sweep plan" in capsys.readouterr().err
+    assert bench_cli.main(["bench", "--family", "nope"]) == 2
+    assert "not a family" in capsys.readouterr().err
 
 
 def test_run_sweep_rows_from_fake_timings(monkeypatch):

@@ -247,6 +247,12 @@ def test_plans_reproduce_recorded_bytes():
     assert pt.nbytes == k7[65536]
     (pt,) = bench.PLANS["c128_compress"].points(1)  # one boundary: the recorded decode point's bytes
     assert pt.nbytes == next(r.bytes for r in c128.rows if r.kernel == "c128_compress" and r.size == 1)
+    k8 = {(r.kernel, r.size): r.bytes for r in c128.rows if r.kernel.startswith("c128_norm_rope_store")}
+    names = {"": "c128_norm_rope_store_ds_mla", "bf16": "c128_norm_rope_store_plain/bf16"}
+    points = [pt for pt in bench.PLANS["c128_store"].points(1) if pt.config in names]
+    assert len(points) == 2          # one written entry: the recorded decode points' bytes (no e4m3 there)
+    for pt in points:
+        assert pt.nbytes == k8[(names[pt.config], 1)], pt.config
     k4 = recorded_run("save_partial_states_h200", ROOT)
     rec = {(r.config, r.size): r.bytes for r in k4.rows}
     for pt in bench.PLANS["save_partial_states"].points(65536):
