@@ -15,6 +15,14 @@ phase=${1:?$usage}
 out=${2:?$usage}
 source "$(dirname "$0")/gpu_session_lib.sh"
 session_start "$out"
+host_step() {  # issue 16's host-overhead table, real launches
+    step host 120 python3 benchmarks/host_overhead.py --executor real --calls 300 --repeats 5 \
+        --out "$work/host_overhead_h200"
+}
+bench_step() {  # bench_step PLAN SECONDS: one dsv4kit bench sweep, its own JSON and figure
+    step "bench_$1" "$2" python3 -m dsv4kit bench --family "$1" --rep-ms 60 \
+        --json "$work/bench_h200/$1.json" --plot "$work/bench_h200/$1.png"
+}
 case $phase in
 pipeline)
     step pipeline 560 python3 benchmarks/pipeline_gpu.py --out "$work/pipeline_h200" --timeout 120 ;;
@@ -25,27 +33,19 @@ store)
     step warmup_timing 300 python3 benchmarks/warmup_timing.py --out "$work/warmup_h200" ;;
 bench1)
     step launch_plans 120 python3 benchmarks/launch_plans_gpu_check.py --out "$work/launch_plans_h200"
-    step host 120 python3 benchmarks/host_overhead.py --executor real --calls 300 --repeats 5 \
-        --out "$work/host_overhead_h200"
-    for f in indexer_q rowquant; do
-        step "bench_$f" 140 python3 -m dsv4kit bench --family "$f" --rep-ms 60 \
-            --json "$work/bench_h200/$f.json" --plot "$work/bench_h200/$f.png"
-    done ;;
+    host_step
+    bench_step indexer_q 140
+    bench_step rowquant 140 ;;
 bench2)
-    [ -n "${WITH_HOST:-}" ] && step host 120 python3 benchmarks/host_overhead.py --executor real --calls 300 \
-        --repeats 5 --out "$work/host_overhead_h200"
-    for f in dequant_gather save_partial_states c4_compress c128_compress; do
-        lim=120; [ "$f" = c4_compress ] && lim=200
-        step "bench_$f" "$lim" python3 -m dsv4kit bench --family "$f" --rep-ms 60 \
-            --json "$work/bench_h200/$f.json" --plot "$work/bench_h200/$f.png"
-    done ;;
+    [ -n "${WITH_HOST:-}" ] && host_step
+    bench_step dequant_gather 120
+    bench_step save_partial_states 120
+    bench_step c4_compress 200
+    bench_step c128_compress 120 ;;
 bench3)
-    step host 120 python3 benchmarks/host_overhead.py --executor real --calls 300 --repeats 5 \
-        --out "$work/host_overhead_h200"
-    for f in c128_store store_rows; do
-        step "bench_$f" 150 python3 -m dsv4kit bench --family "$f" --rep-ms 60 \
-            --json "$work/bench_h200/$f.json" --plot "$work/bench_h200/$f.png"
-    done ;;
+    host_step
+    bench_step c128_store 150
+    bench_step store_rows 150 ;;
 *) echo "unknown phase $phase ($usage)" >&2; exit 2 ;;
 esac
 session_end
