@@ -20,10 +20,11 @@ the executor (or a backend's direct launcher, :meth:`JitKernel.plan_launcher`) a
 What never takes a plan: a call with value checks on (``debug_checks`` true, or its default
 where that is on: the CPU interpreter), an argument the signature cannot describe, a launch whose
 arguments cannot all be traced to the call (a tensor made inside ``__call__`` that is not an
-output, outputs sharing one storage), a finalizer that closes over values, a kernel class whose
-``launch`` is not marked plan-safe. A plan is dropped when its executor is no longer the one
-cached for its key (``clear_cache``), so a miss still reaches the monitor. Errors never come
-from a plan: a bad call has a signature of its own, which takes the full path.
+output or a view of one, an output that is part of a larger fresh allocation), a finalizer that
+closes over values, a kernel class whose ``launch`` is not marked plan-safe. A plan is dropped
+when its executor is no longer the one cached for its key (``clear_cache``), so a miss still
+reaches the monitor. Errors never come from a plan: a bad call has a signature of its own, which
+takes the full path.
 """
 
 from __future__ import annotations
