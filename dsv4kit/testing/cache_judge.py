@@ -25,7 +25,7 @@ from dsv4kit.testing.compressor_rule import (
     e4m3_step,
 )
 
-__all__ = ["CACHE_KINDS", "Verdict", "cpu_copy", "judge_entries", "span_bytes"]
+__all__ = ["CACHE_KINDS", "Verdict", "cpu_copy", "judge_entries", "span_bytes", "span_view"]
 
 #: ``ds``: fp8_ds_mla (E1); ``plain``: bf16 / e4m3 rows (E2 / E3); ``indexer``: FP8 / MXFP4 (E4 / E5).
 CACHE_KINDS = ("ds", "plain", "indexer")
@@ -76,13 +76,19 @@ def cpu_copy(x: torch.Tensor) -> torch.Tensor:
     return raw.view(x.dtype).as_strided(x.shape, x.stride(), x.storage_offset())
 
 
-def span_bytes(cache: torch.Tensor) -> torch.Tensor:
-    """A CPU copy of the bytes of a paged cache from its first page to its last entry's end (the
-    bytes a kernel may address; what lies around the view in its storage is not compared)."""
+def span_view(cache: torch.Tensor) -> torch.Tensor:
+    """The bytes of a paged cache from its first page to its last entry's end, as a 1-D uint8 view
+    where the cache lives (the bytes a kernel may address; what lies around the view in its storage
+    is not compared)."""
     b = cache.view(torch.uint8)
     num_pages, kv_bs, width = b.shape
     span = (num_pages - 1) * b.stride(0) + kv_bs * width
-    return b.as_strided((span,), (1,), b.storage_offset()).to("cpu", copy=True)
+    return b.as_strided((span,), (1,), b.storage_offset())
+
+
+def span_bytes(cache: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of :func:`span_view`."""
+    return span_view(cache).to("cpu", copy=True)
 
 
 def _regions(kind: str, use_fp4: bool, kv_bs: int, esize: int) -> list[tuple[int, int, int]]:
