@@ -111,7 +111,7 @@ def measure(spec: FamilySpec, backend: str, device: str, executor: str, calls: i
             launch_plans.set_enabled(plans)
             fn()                                      # plans the signature (or runs once) untimed
             row[f"{name} us"] = round(_mean_us(fn, calls, repeats), 2)
-        row["launch plan"] = bool(kernel.__dict__.get("_launch_plans"))
+        row["launch plan"] = bool(launch_plans.plans_of(kernel))
         if device == "cuda":
             torch.cuda.synchronize()
         row["profile (op planned)"] = _profile(paths["op planned"][0], calls, top)

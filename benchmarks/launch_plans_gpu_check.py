@@ -25,6 +25,7 @@ import torch
 from dsv4kit.bench import provenance, write_json
 from dsv4kit.errors import KernelInputError
 from dsv4kit.jit import launch_plans
+from dsv4kit.jit.launch_plans import plans_of
 from dsv4kit.kernels import families
 from dsv4kit.platform import current_platform
 from dsv4kit.testing.valid_calls import twin, valid_call
@@ -42,7 +43,7 @@ def _bytes(result: Any, call: dict[str, Any]) -> list[bytes]:
 
 def _plan_of(spec: Any) -> Any:
     for kernel in spec._kernels.values():
-        for plan in kernel.__dict__.get("_launch_plans", {}).values():
+        for plan in plans_of(kernel).values():
             return plan
     return None
 
@@ -55,7 +56,7 @@ def check(spec: Any, backend: str) -> dict[str, Any]:
         call = _copy(base)
         want = _bytes(spec.op(**call), call)
     for k in spec._kernels.values():
-        k.__dict__.get("_launch_plans", {}).clear()
+        plans_of(k).clear()
     first = _copy(base)
     spec.op(**first)                                   # makes the plan
     plan = _plan_of(spec)

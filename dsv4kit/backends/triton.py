@@ -757,9 +757,9 @@ class TritonJitKernel(JitKernel[K]):
             for slot, a in zip(slots, args, strict=True):
                 values[slot] = a
             stream = get_stream(device)
-            enter = runtime.launch_enter_hook
-            meta = ck.launch_metadata(grid, stream, *values) if enter is not None else None
-            run(g0, g1, g2, stream, function, packed, meta, enter, runtime.launch_exit_hook, *values)
+            meta = ck.launch_metadata(grid, stream, *values)  # None without a hook, as in JITFunction.run
+            run(g0, g1, g2, stream, function, packed, meta, runtime.launch_enter_hook,
+                runtime.launch_exit_hook, *values)
 
         return launch, frozenset(dtypes)
 

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from dsv4kit.family.schema import Arg, normalize_scalar
-from dsv4kit.jit.launch_plans import _STATE, LaunchPlan, launch_signature
+from dsv4kit.jit.launch_plans import _STATE, LaunchPlan, launch_signature, plans_of
 from dsv4kit.platform import current_platform
 
 __all__ = ["MAX_PLANS", "CallPlan", "OpLaunch", "call_signature", "op_launch_for", "plan_for"]
@@ -159,7 +159,7 @@ def op_launch_for(plan: CallPlan, positional: tuple[Any, ...], keywords: Mapping
     described = launch_signature((), kwargs)
     if described is None:
         return None
-    launch = plan.kernel.__dict__.get("_launch_plans", {}).get(described[0])
+    launch = plans_of(plan.kernel).get(described[0])
     if launch is None:
         return None
     order = []

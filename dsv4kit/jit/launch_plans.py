@@ -39,7 +39,7 @@ import torch
 from dsv4kit.jit import coverage
 
 __all__ = ["MAX_PLANS", "Address", "LaunchPlan", "build_plan", "disabled", "enabled", "launch_signature",
-           "plan_safe", "set_enabled"]
+           "plan_safe", "plans_of", "set_enabled"]
 
 #: Plans kept per kernel object; the table is cleared when full.
 MAX_PLANS = 256
@@ -87,6 +87,11 @@ class Address:
 
     def __repr__(self) -> str:
         return f"Address({self._ptr:#x}, {self.dtype})"
+
+
+def plans_of(kernel: Any) -> dict[tuple[Any, ...], LaunchPlan]:
+    """The launch plans a kernel object keeps, by signature (made empty on first use)."""
+    return kernel.__dict__.setdefault("_launch_plans", {})
 
 
 def plan_safe(launch: Callable[..., Any]) -> Callable[..., Any]:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, overload
 
-from dsv4kit.jit.launch_plans import _STATE, MAX_PLANS, build_plan, launch_signature
+from dsv4kit.jit.launch_plans import _STATE, MAX_PLANS, build_plan, launch_signature, plans_of
 
 __all__ = ["Immediate", "LaunchSpec", "as_launch_spec", "kernel_launcher"]
 
@@ -90,7 +90,7 @@ def kernel_launcher(fn: Callable[..., Any] | None = None, *, bind_launch_inputs:
         @functools.wraps(call)
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             described = launch_signature(args, kwargs) if plannable(self, args, kwargs) else None
-            plans = self.__dict__.setdefault("_launch_plans", {})
+            plans = plans_of(self)
             if described is not None:
                 plan = plans.get(described[0])
                 if plan is not None:

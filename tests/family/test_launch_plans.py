@@ -20,7 +20,7 @@ from test_call_plans import _outcome
 from dsv4kit.errors import UnwarmedKeyError
 from dsv4kit.family import FamilySpec
 from dsv4kit.jit import JitMonitor, launch_plans
-from dsv4kit.jit.launch_plans import LaunchPlan, launch_signature
+from dsv4kit.jit.launch_plans import LaunchPlan, launch_signature, plans_of
 from dsv4kit.kernels import families
 from dsv4kit.testing.valid_calls import twin, valid_call
 
@@ -33,12 +33,12 @@ def _kernels(spec: FamilySpec) -> list[Any]:
 
 
 def _plans(spec: FamilySpec) -> int:
-    return sum(len(k.__dict__.get("_launch_plans", {})) for k in _kernels(spec))
+    return sum(len(plans_of(k)) for k in _kernels(spec))
 
 
 def _clear(spec: FamilySpec) -> None:
     for k in _kernels(spec):
-        k.__dict__.get("_launch_plans", {}).clear()
+        plans_of(k).clear()
 
 
 @pytest.fixture
@@ -113,7 +113,7 @@ def test_a_cleared_cache_drops_the_plan_and_the_monitor_sees_the_miss(hits: list
     spec.op(**call)
     assert _plans(spec) == 1
     kernel = _kernels(spec)[0]
-    key = next(iter(kernel.__dict__["_launch_plans"].values())).key
+    key = next(iter(plans_of(kernel).values())).key
     type(kernel).clear_cache()
     try:
         with JitMonitor(mode="error"), pytest.raises(UnwarmedKeyError):
