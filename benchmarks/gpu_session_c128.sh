@@ -9,10 +9,8 @@
 # OUT_DIR/session.log.
 set -u
 usage="usage: gpu_session_c128.sh numerics_perf|c4|replay OUT_DIR"
-phase=${1:?$usage}
-out=${2:?$usage}
 source "$(dirname "$0")/gpu_session_lib.sh"
-session_start "$out"
+session_begin "$usage" "$@"
 case $phase in
 numerics_perf)
     step c128_check 420 python3 benchmarks/c128_compress_gpu_check.py --out "$work/c128_compress_h200" \

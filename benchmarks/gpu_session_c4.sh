@@ -6,10 +6,9 @@
 # others. Everything ends up in OUT_DIR/records.tar.gz (the device returns few files) and
 # OUT_DIR/session.log.
 set -u
-phase=${1:?usage: gpu_session_c4.sh numerics|perf OUT_DIR}
-out=${2:?usage: gpu_session_c4.sh numerics|perf OUT_DIR}
+usage="usage: gpu_session_c4.sh numerics|perf OUT_DIR"
 source "$(dirname "$0")/gpu_session_lib.sh"
-session_start "$out"
+session_begin "$usage" "$@"
 case $phase in
 numerics)
     step encoders 230 python3 benchmarks/encoders_gpu_check.py --out "$work/encoders_h200" --cases-per-encoder 50

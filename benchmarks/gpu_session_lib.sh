@@ -1,7 +1,13 @@
 # Sourced by benchmarks/gpu_session_*.sh: one device call runs steps, each with its own time limit
 # and log; a step that fails or times out does not stop the others. Everything ends up in
 # OUT/records.tar.gz (the device returns few files) and OUT/session.log.
-#     session_start OUT; step NAME SECONDS CMD...; session_end
+#     session_begin USAGE "$@"; step NAME SECONDS CMD...; session_end
+session_begin() {  # session_begin USAGE PHASE OUT: sets phase and out (USAGE when missing), starts
+    usage=$1
+    phase=${2:?$usage}
+    out=${3:?$usage}
+    session_start "$out"
+}
 session_start() {  # session_start OUT
     out=$1
     mkdir -p "$out"

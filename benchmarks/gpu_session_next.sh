@@ -11,10 +11,8 @@
 # Everything ends up in OUT_DIR/records.tar.gz and OUT_DIR/session.log.
 set -u
 usage="usage: gpu_session_next.sh pipeline|store|bench1|bench2|bench3 OUT_DIR"
-phase=${1:?$usage}
-out=${2:?$usage}
 source "$(dirname "$0")/gpu_session_lib.sh"
-session_start "$out"
+session_begin "$usage" "$@"
 host_step() {  # issue 16's host-overhead table, real launches
     step host 120 python3 benchmarks/host_overhead.py --executor real --calls 300 --repeats 5 \
         --out "$work/host_overhead_h200"
