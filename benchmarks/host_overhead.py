@@ -44,6 +44,7 @@ from dsv4kit.family.spec import DEFAULT_VARIANT
 from dsv4kit.jit import launch_plans
 from dsv4kit.kernels import families
 from dsv4kit.platform import current_platform
+from dsv4kit.results import kernel_source_provenance
 from dsv4kit.testing.valid_calls import twin, valid_call
 
 
@@ -170,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     write_json(out / "host_overhead.json", {
         "empty_launch_us": empty,
-        "provenance": provenance({"platform": str(plat), "executor": args.executor,
+        "provenance": provenance({**kernel_source_provenance(s.name for s in families()
+                                                             if not wanted or s.name in wanted),
+                                  "platform": str(plat), "executor": args.executor,
                                   "debug_checks": args.debug_checks}),
         "method": "best of repeats of the mean over back-to-back calls; noop: executors replaced by a "
                   "function doing nothing (validation, dispatch, lookup, argument building; no launcher)",

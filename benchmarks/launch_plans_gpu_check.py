@@ -28,6 +28,7 @@ from dsv4kit.jit import launch_plans
 from dsv4kit.jit.launch_plans import plans_of
 from dsv4kit.kernels import families
 from dsv4kit.platform import current_platform
+from dsv4kit.results import kernel_source_provenance
 from dsv4kit.testing.valid_calls import twin, valid_call
 
 
@@ -115,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['op']:<32} {backend:<8} {'ok' if row['ok'] else 'FAIL'} "
                   + " ".join(f"{k}={row[k]}" for k in ("planned", "direct_launch", "eager_identical",
                                                        "graph_identical", "error") if k in row), flush=True)
-    write_json(Path(args.out) / "launch_plans.json", {"provenance": provenance({"platform": str(plat)}),
-                                                     "rows": rows})
+    prov = provenance({**kernel_source_provenance(s.name for s in families()), "platform": str(plat)})
+    write_json(Path(args.out) / "launch_plans.json", {"provenance": prov, "rows": rows})
     ok = sum(r["ok"] for r in rows)
     print(f"{ok}/{len(rows)} op x backend pairs identical on every path, bad inputs named")
     return 0 if ok == len(rows) else 1

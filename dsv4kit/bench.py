@@ -666,13 +666,12 @@ def run_sweep(plans: Sequence[SweepPlan], *, backends: Sequence[str] = ("triton"
     )
     from dsv4kit.kernels import family as family_spec
     from dsv4kit.platform import current_platform
-    from dsv4kit.results import kernel_source_hash
+    from dsv4kit.results import kernel_source_provenance
 
     if not torch.cuda.is_available():
         raise RuntimeError("run_sweep needs a CUDA device")
     platform = platform if platform is not None else current_platform()
-    hashes = {p.hash_family: kernel_source_hash(p.hash_family) for p in plans}
-    prov = provenance({"kernel_source_hash": hashes, "family": list(hashes), "arch": platform.arch,
+    prov = provenance({**kernel_source_provenance(p.hash_family for p in plans), "arch": platform.arch,
                        "script": "dsv4kit bench", "rep_ms": rep_ms,
                        "copy_ceiling": "dsv4kit.bench.copy_bandwidth_gbs: triton.testing.do_bench median of "
                                        "dst.copy_(src), read + write bytes"})

@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ __all__ = [
     "candidates",
     "kernel_source_files",
     "kernel_source_hash",
+    "kernel_source_provenance",
     "load",
     "not_found_message",
     "results_dir",
@@ -139,6 +140,12 @@ def kernel_source_hash(family: str, package_dir: Path | None = None) -> str:
         digest.update(b"\0")
         digest.update((pkg / rel).read_bytes())
     return digest.hexdigest()
+
+
+def kernel_source_provenance(families: Iterable[str]) -> dict[str, Any]:
+    """The ``family`` and ``kernel_source_hash`` fields of a record measuring ``families``."""
+    names = list(dict.fromkeys(families))
+    return {"family": names, "kernel_source_hash": {f: kernel_source_hash(f) for f in names}}
 
 
 # --------------------------------------------------------------------------- one record

@@ -36,3 +36,13 @@ def test_a_real_executor_needs_a_gpu(script, tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exc:
         script.main(["--out", str(tmp_path), "--executor", "real"])
     assert exc.value.code == 2
+
+
+def test_the_record_carries_the_kernel_source_hash_of_what_it_timed(script, tmp_path: Path) -> None:
+    from dsv4kit.results import kernel_source_hash
+
+    argv = ["--out", str(tmp_path), "--families", "rowquant", "--calls", "2", "--repeats", "1"]
+    assert script.main(argv) == 0
+    prov = json.loads((tmp_path / "host_overhead.json").read_text())["provenance"]
+    assert prov["family"] == ["rowquant"]
+    assert prov["kernel_source_hash"] == {"rowquant": kernel_source_hash("rowquant")}
