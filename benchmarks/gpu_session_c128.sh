@@ -18,7 +18,8 @@ numerics_perf)
 c4)
     step c4_check 300 python3 benchmarks/c4_compress_gpu_check.py --out "$work/c4_compress_h200/check.json" \
         --cases 50 --no-timing
-    step c4_bandwidth 250 python3 benchmarks/c4_compress.py --out "$work/c4_compress_h200" --compile-budget 60 ;;
+    step c4_bandwidth 250 python3 -m dsv4kit bench --family c4_compress --rep-ms 60 \
+        --json "$work/bench_h200/c4_compress.json" --plot "$work/bench_h200/c4_compress.png" ;;
 replay)
     step replay 300 python3 benchmarks/replay_gpu.py --out "$work/replay_h200" --steps 8 --max-model-len 65536
     step streams 120 python3 benchmarks/check_streams.py --out "$work/streams_h200"

@@ -44,7 +44,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 #: GPU cycles the current stream sleeps before the inputs are written (~0.1 s at ~2 GHz).
 SLEEP_CYCLES = 200_000_000
@@ -106,13 +105,15 @@ def ordering(name: str) -> dict:
 def k3_point(name: str, backend: str, nreq: int, rows: int) -> dict:
     """The suspect sweep point with a stale block table replaced behind a sleep, then timed."""
     import torch
-    from dequant_gather import bench_inputs, kernels
 
+    from dsv4kit.bench import backend_kernels, dequant_gather_inputs
+    from dsv4kit.kernels import family
     from dsv4kit.kernels.dequant_gather import dequantize_and_gather_k_cache_reference as ref
     from dsv4kit.platform import current_platform
 
-    k = kernels(current_platform())[backend]
-    args, _ = bench_inputs(nreq, rows, 256, True, "cuda", seed=nreq * 7 + rows)
+    k = backend_kernels(family("dequant_gather"), current_platform())[backend]
+    # (out, k_cache, seq_lens, gather_lens, block_table, block_size, offset): the sweep's inputs
+    args = tuple(dequant_gather_inputs(nreq, rows, 256, True, "cuda", seed=nreq * 7 + rows).values())
     key = k.dispatch(args[1], args[3])
     k.warmup(keys=[key])
     exe = k._get_or_compile(key)
