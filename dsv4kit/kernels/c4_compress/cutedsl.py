@@ -68,7 +68,7 @@ from dsv4kit.kernels.c4_compress.spec import (
     CompressOperands,
     IndexerCompressBase,
 )
-from dsv4kit.kernels.cute_numerics import add_rn, mul_rn, pow2, sub_rn
+from dsv4kit.kernels.cute_numerics import add_rn, mul_rn, sub_rn
 from dsv4kit.kernels.encoders.cutedsl import cache_align, div_rn, elems_per_lane, encode_store
 from dsv4kit.kernels.encoders.spec import key_encoder
 
@@ -90,6 +90,8 @@ _NORM_DTYPES = {"bfloat16": BFloat16, "float32": Float32}
 # exp_f32 constants (fp32 by their bits).
 _LOG2E_BITS = 0x3FB8AA3B     # fl(log2(e))
 _MAGIC_BITS = 0x4B400000     # 1.5 * 2^23: x + MAGIC rounds x to an integer (|x| < 2^22)
+_EXP_BIAS = 64               # exp_f32 builds v * 2^(k + 64) (normal for every k >= -150), then * 2^-64
+_MAGIC_K_BITS = _MAGIC_BITS + _EXP_BIAS     # fl(x + MAGIC + 64) has the bits MAGIC + k + 64
 _L2U_BITS = 0x3F317200       # 0.693145751953125: ln 2 to 15 bits (k * L2U exact for |k| <= 255)
 _L2L_BITS = 0x35BFBE8E       # fl(ln 2 - L2U)
 _EXP_MIN = -104.0            # exp(x) rounds to 0 below this (and at it)
@@ -124,22 +126,23 @@ def exp_f32(x: Float32) -> Float32:
     """``exp(x)`` for ``x <= 0`` (-inf included) from ``.rn`` operations only; within 1 ulp.
 
     ``k = rint(x log2 e)``, ``r = fl(fl(x - k L2U) - fl(k L2L))`` (the first difference is exact),
-    ``v = 1 + fl(r + r^2 u(r))`` (SLEEF's polynomial, evaluated without FMA), then ``v * 2^k``:
-    the exponent of ``v`` moved by ``max(k, -125)`` (exact, normal), times ``2^(k - max(k, -125))``
-    (one rounding: subnormal results are correctly rounded from ``v``). ``x <= -104``: 0.
+    ``v = 1 + fl(r + r^2 u(r))`` (SLEEF's polynomial, evaluated without FMA), then ``fl(v * 2^k)``:
+    ``v * 2^(k + 64)`` by adding ``(k + 64) << 23`` to the bits of ``v`` (exact: normal for every
+    ``k >= -150``), times ``2^-64`` (one rounding: subnormal results are correctly rounded from
+    ``v``). ``x <= -104``: 0. The integer ``k + 64`` comes with the rounding itself: ``x log2 e +
+    (MAGIC + 64)`` has the bits ``MAGIC + k + 64``, and ``MAGIC << 23`` is 0 in 32 bits, so one shift-add
+    (LEA) forms the product's bits. The same values as ``v * 2^max(k, -125) * 2^(k - max(k, -125))``.
     """
     xc = cute.arch.fmax(x, Float32(_EXP_MIN))
-    t = add_rn(mul_rn(xc, _f32(_LOG2E_BITS)), _f32(_MAGIC_BITS))
-    kf = sub_rn(t, _f32(_MAGIC_BITS))
-    k = t.bitcast(Int32) - Int32(_MAGIC_BITS)
+    t = add_rn(mul_rn(xc, _f32(_LOG2E_BITS)), _f32(_MAGIC_K_BITS))
+    kf = sub_rn(t, _f32(_MAGIC_K_BITS))
     r = sub_rn(sub_rn(xc, mul_rn(kf, _f32(_L2U_BITS))), mul_rn(kf, _f32(_L2L_BITS)))
     u = _f32(_EXP_POLY[0])
     for c in _EXP_POLY[1:]:
         u = add_rn(mul_rn(u, r), _f32(c))
     v = add_rn(Float32(1.0), add_rn(r, mul_rn(mul_rn(r, r), u)))
-    kk = cutlass.max(k, Int32(-125))
-    scaled = (v.bitcast(Int32) + (kk << Int32(23))).bitcast(Float32)
-    return mul_rn(scaled, pow2(k - kk))
+    scaled = (v.bitcast(Uint32) + (t.bitcast(Uint32) << Uint32(23))).bitcast(Float32)
+    return mul_rn(scaled, _f32((127 - _EXP_BIAS) << 23))
 
 
 @cute.jit
