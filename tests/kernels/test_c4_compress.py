@@ -343,3 +343,28 @@ def test_empty_batch_returns_without_launch() -> None:
     empty = {**a, **{n: a[n][:0] for n in ("token_to_req", "positions", "slot_mapping", "kv_slot_mapping")}}
     with JitMonitor("error"):
         assert SPECS["indexer_compress"].op(**empty) is None
+
+
+@pytest.mark.parametrize("sbs", [1, 2, 6, 8])
+@pytest.mark.parametrize("op", ["c4_compress_ds_mla", "indexer_compress"])
+def test_state_block_sizes_not_a_multiple_of_4(op: str, sbs: int) -> None:
+    """The kernel reads each group of four window rows with one block-table entry when sbs % 4 == 0
+    and row by row otherwise: both paths, with windows that straddle state blocks."""
+    case = make_case(op, lens=(13, 9), starts=(0, 5), sbs=sbs, kv_bs=2, seed=sbs)
+    verdict = run(case)
+    verdict.assert_ok()
+    assert verdict.written >= 2
+
+
+@pytest.mark.parametrize(("share_from", "tpp"), [(1, 3), (1, 4), (20, 8)])
+def test_tokens_per_program(monkeypatch, share_from: int, tpp: int) -> None:
+    """Prefill programs handle several tokens: any count, a last program with fewer tokens, and the
+    threshold below which every token gets its own program, all write what the reference writes."""
+    from dsv4kit.kernels.c4_compress import triton as c4_triton
+
+    monkeypatch.setattr(c4_triton, "SHARE_FROM_TOKENS", share_from)
+    monkeypatch.setattr(c4_triton, "TOKENS_PER_PROGRAM", tpp)
+    for op, fmt in FORMATS[::2]:
+        case = make_case(op, lens=(14, 9, 6), starts=(0, 3, 1001), seed=tpp, **fmt)
+        assert c4_triton.tokens_per_program(29) == (tpp if 29 >= share_from else 1)
+        run(case).assert_ok()

@@ -1,22 +1,26 @@
 """Triton backend of the C4 compressors K5, K6, K9: one pooling core, the encoders' routine.
 
-Mapping: grid ``(T,)``; program ``t`` handles token t. It loads the token's slot, kv slot and
-position; unless it is a live boundary token (slot >= 0, kv slot >= 0, ``(p + 1) % 4 == 0``)
-it stops there (no further load, no store). Otherwise it holds the whole window as two
-``[8, D]`` fp32 tiles (rows j = 0..7 are positions ``p - 7 + j``; rows 0..3 read half A of
-their state row, rows 4..7 half B; rows with a negative position are masked: score -inf,
-weight 0, so the first boundary p = 3 pools rows 4..7 only) and computes, per column, the
-max-subtracted softmax over the 8 rows and the pooled value (:func:`pool_window`). RMSNorm
-follows over the D columns (``sqrt_rn`` and ``div_rn``: IEEE like the reference), then RoPE of the
-fp32 normalized values at cos/sin row ``(p // 4) * 4``: the row is viewed as ``[D / 64, 32, 2]``
-(64-blocks x GPT-J pairs) and only the last block is rotated. The result ``y [D / 64, 64]`` goes
-to :func:`~dsv4kit.kernels.encoders.triton.encode_store` with the key's encoder (E1; E2 / E3;
-E4 / E5), the very routine the store hooks run.
+Mapping: grid ``(cdiv(T, tpp),)`` with ``tpp`` = :func:`tokens_per_program` (1 for decode-sized
+batches, 4 from :data:`SHARE_FROM_TOKENS` tokens: only one token in four is a boundary);
+``D / 128`` warps, each thread holding 4 consecutive columns (16-byte loads). A program loads the
+position, slots and request of its ``tpp`` tokens in one round trip, then, for each live boundary
+token among them (slot >= 0, kv slot >= 0, ``(p + 1) % 4 == 0``), pools its window: the eight
+state rows (positions ``p - 7 .. p``; rows 0..3 read half A, rows 4..7 half B; rows 0..3 are
+absent for the first boundary p = 3) are eight separate ``[D]`` vectors, so the per-column
+max-subtracted softmax runs in each thread's registers (:func:`pool_window`). RMSNorm follows over
+the D columns (``sqrt_rn`` and ``div_rn``: IEEE like the reference; the one cross-thread
+reduction), then RoPE of the fp32 normalized values at cos/sin row ``(p // 4) * 4`` (loaded before
+the pooling): the row is viewed as ``[D / 64, 32, 2]`` (64-blocks x GPT-J pairs) and only the last
+block is rotated. The result ``y [D / 64, 64]`` goes to
+:func:`~dsv4kit.kernels.encoders.triton.encode_store` with the key's encoder (E1; E2 / E3; E4 / E5),
+the very routine the store hooks run.
 
 Numerics: launched with FMA contraction off; every product and sum rounds separately. exp is
-the backend's (``tl.exp``); the reduction order of the softmax sums and the norm is the tile
-reduction's, so results follow the compressor rule of §2.12, not bit-exactness (typically equal
-to the reference on most elements). The encode step is bit-exact given y.
+the backend's (``tl.exp``); the softmax sums run in row order and the pooled value is
+``(sum_j e_j k_j) / S`` (one IEEE division per column, where the reference divides each weight),
+and the norm's sum is the tile reduction's, so results follow the compressor rule of §2.12, not
+bit-exactness (equal to the reference on almost every element). The encode step is bit-exact
+given y.
 
 Every stride, T, the state block size, kv_bs and the page stride are runtime values.
 """
@@ -50,40 +54,109 @@ __all__ = [
 ]
 
 
-@triton.jit
-def pool_window(state_ptr, bt_ptr, req, p, sbs, block_stride, bt_stride, D: tl.constexpr):
-    """The pooled fp32 row c ``[D]`` of the C4 boundary token at position ``p`` of request ``req``."""
-    j = tl.arange(0, 8)
-    q = p - 7 + j
-    inc = q >= 0
-    qc = tl.where(inc, q, 0)
-    blk = tl.load(bt_ptr + req * bt_stride + qc // sbs, mask=inc, other=0).to(tl.int64)
-    # State row = [kv (2D) | score (2D)], each half split [A (D) | B (D)]: rows j >= 4 read B.
-    col0 = blk * block_stride + (qc % sbs) * (4 * D) + tl.where(j >= 4, D, 0)
-    at = col0[:, None] + tl.arange(0, D)[None, :]
-    k = tl.load(state_ptr + at, mask=inc[:, None], other=0.0)
-    s = tl.load(state_ptr + at + 2 * D, mask=inc[:, None], other=float("-inf"))
+MAX_TOKENS_PER_PROGRAM = 8
+_MAX_TPP = tl.constexpr(MAX_TOKENS_PER_PROGRAM)
 
-    m = tl.max(s, axis=0)
-    e = tl.exp(s - m[None, :])
-    w = tl.div_rn(e, tl.sum(e, axis=0)[None, :])
-    return tl.sum(w * k, axis=0)
+
+@triton.jit
+def _row_base(bt_row, q, live, sbs, block_stride, D: tl.constexpr):
+    """Offset (fp32 elements) of the state row of position ``q``; 0 unless ``live`` (nothing read)."""
+    qc = tl.where(live, q, 0)
+    blk = tl.load(bt_row + qc // sbs, mask=live, other=0).to(tl.int64)
+    return blk * block_stride + (qc % sbs) * (4 * D)
+
+
+@triton.jit
+def _window_row(state_ptr, base, live, HALF: tl.constexpr, MASKED: tl.constexpr, ALIGNED: tl.constexpr,
+                D: tl.constexpr):
+    """kv and score ``[D]`` of the state row at ``base`` (``HALF`` 0: A, 1: B). ``MASKED``: the row
+    may be absent, and unless ``live`` nothing is read: kv 0, score -inf (weight 0). ``ALIGNED``:
+    the caller checked block_stride % 4 == 0, so base is a multiple of 4 (16 bytes)."""
+    if ALIGNED:
+        # An identity there, written so the compiler sees it again (pool_window's branch join loses
+        # it; tl.multiple_of on the join's result is dropped): 16-byte row loads.
+        base = (base // 4) * 4
+    # State row = [kv (2D) | score (2D)], each half split [A (D) | B (D)].
+    at = state_ptr + base + HALF * D + tl.arange(0, D)
+    if MASKED:
+        return tl.load(at, mask=live, other=0.0), tl.load(at + 2 * D, mask=live, other=float("-inf"))
+    return tl.load(at), tl.load(at + 2 * D)
+
+
+@triton.jit
+def pool_window(state_ptr, bt_ptr, req, p, sbs, block_stride, bt_stride, ALIGNED: tl.constexpr,
+                D: tl.constexpr):
+    """The pooled fp32 row c ``[D]`` of the C4 boundary token at position ``p`` of request ``req``.
+
+    The eight window rows are separate ``[D]`` vectors, so each thread pools its own columns over
+    the rows in registers, with no cross-thread reduction. Rows 4..7 (positions p-3..p, half B)
+    always exist; rows 0..3 (p-7..p-4, half A) exist iff p >= 7 (the first boundary, p = 3, pools
+    rows 4..7 only). Each group of four starts at a multiple of 4, so with ``sbs % 4 == 0`` (4 in
+    production) it lies in one state block: one block-table read and one division per group.
+    """
+    bt_row = bt_ptr + req * bt_stride
+    prev = p >= 7
+    R: tl.constexpr = 4 * D   # elements per state row
+    if sbs % 4 == 0:
+        a0 = _row_base(bt_row, p - 7, prev, sbs, block_stride, D)
+        b0 = _row_base(bt_row, p - 3, True, sbs, block_stride, D)
+        a1, a2, a3 = a0 + R, a0 + 2 * R, a0 + 3 * R
+        b1, b2, b3 = b0 + R, b0 + 2 * R, b0 + 3 * R
+    else:
+        a0 = _row_base(bt_row, p - 7, prev, sbs, block_stride, D)
+        a1 = _row_base(bt_row, p - 6, prev, sbs, block_stride, D)
+        a2 = _row_base(bt_row, p - 5, prev, sbs, block_stride, D)
+        a3 = _row_base(bt_row, p - 4, prev, sbs, block_stride, D)
+        b0 = _row_base(bt_row, p - 3, True, sbs, block_stride, D)
+        b1 = _row_base(bt_row, p - 2, True, sbs, block_stride, D)
+        b2 = _row_base(bt_row, p - 1, True, sbs, block_stride, D)
+        b3 = _row_base(bt_row, p, True, sbs, block_stride, D)
+    k0, s0 = _window_row(state_ptr, a0, prev, 0, True, ALIGNED, D)
+    k1, s1 = _window_row(state_ptr, a1, prev, 0, True, ALIGNED, D)
+    k2, s2 = _window_row(state_ptr, a2, prev, 0, True, ALIGNED, D)
+    k3, s3 = _window_row(state_ptr, a3, prev, 0, True, ALIGNED, D)
+    k4, s4 = _window_row(state_ptr, b0, True, 1, False, ALIGNED, D)
+    k5, s5 = _window_row(state_ptr, b1, True, 1, False, ALIGNED, D)
+    k6, s6 = _window_row(state_ptr, b2, True, 1, False, ALIGNED, D)
+    k7, s7 = _window_row(state_ptr, b3, True, 1, False, ALIGNED, D)
+    m = tl.maximum(tl.maximum(tl.maximum(s0, s1), tl.maximum(s2, s3)),
+                   tl.maximum(tl.maximum(s4, s5), tl.maximum(s6, s7)))
+    e0, e1, e2, e3 = tl.exp(s0 - m), tl.exp(s1 - m), tl.exp(s2 - m), tl.exp(s3 - m)
+    e4, e5, e6, e7 = tl.exp(s4 - m), tl.exp(s5 - m), tl.exp(s6 - m), tl.exp(s7 - m)
+    # Sums in row order, and one IEEE division per column, (sum_j e_j k_j) / S, where the reference
+    # divides eight weights e_j / S: another rounding of the same value, inside §2.12's allowance.
+    s = ((((((e0 + e1) + e2) + e3) + e4) + e5) + e6) + e7
+    a = (((((((e0 * k0) + e1 * k1) + e2 * k2) + e3 * k3) + e4 * k4) + e5 * k5) + e6 * k6) + e7 * k7
+    return tl.div_rn(a, s)
 
 
 @triton.jit
 def norm_rope(c, nw_ptr, cs_ptr, rope_row, eps, D: tl.constexpr):
     """y ``[D / 64, 64]``: RMSNorm of the fp32 row c ``[D]``, then RoPE of its last 64 dims at cos/sin
     row ``rope_row`` (C4: ``(p // 4) * 4``; C128: ``(p // 128) * 128``). Shared by C4 and C128."""
+    w, cos, sin = norm_rope_operands(nw_ptr, cs_ptr, rope_row, D)
+    return norm_rope_apply(c, w, cos, sin, eps, D)
+
+
+@triton.jit
+def norm_rope_operands(nw_ptr, cs_ptr, rope_row, D: tl.constexpr):
+    """The norm weight ``[D]`` (fp32) and the cos, sin ``[1, 32]`` of row ``rope_row``: loads a kernel
+    may issue early, before the pooling they do not depend on."""
+    i = tl.arange(0, 32)[None, :]
+    row = rope_row * 64
+    w = tl.load(nw_ptr + tl.arange(0, D)).to(tl.float32)
+    return w, tl.load(cs_ptr + row + i), tl.load(cs_ptr + row + 32 + i)
+
+
+@triton.jit
+def norm_rope_apply(c, w, cos, sin, eps, D: tl.constexpr):
+    """:func:`norm_rope` given its operands (:func:`norm_rope_operands`)."""
     rr = tl.div_rn(1.0, tl.sqrt_rn(tl.div_rn(tl.sum(c * c, axis=0), D * 1.0) + eps))
-    n = (c * rr) * tl.load(nw_ptr + tl.arange(0, D)).to(tl.float32)
+    n = (c * rr) * w
 
     # RoPE on the last 64 dims (block D/64 - 1), GPT-J pairs.
     NB: tl.constexpr = D // 64
     x_e, x_o = tl.split(tl.reshape(n, (NB, 32, 2)))
-    i = tl.arange(0, 32)[None, :]
-    row = rope_row * 64
-    cos = tl.load(cs_ptr + row + i)
-    sin = tl.load(cs_ptr + row + 32 + i)
     last = tl.arange(0, NB)[:, None] == NB - 1
     y_e = tl.where(last, x_e * cos - x_o * sin, x_e)
     y_o = tl.where(last, x_o * cos + x_e * sin, x_o)
@@ -91,7 +164,7 @@ def norm_rope(c, nw_ptr, cs_ptr, rope_row, eps, D: tl.constexpr):
 
 
 @triton.jit(
-    do_not_specialize=["sbs", "block_stride", "bt_stride", "kv_bs", "page_stride"],
+    do_not_specialize=["sbs", "block_stride", "bt_stride", "kv_bs", "page_stride", "T", "tpp"],
     do_not_specialize_on_alignment=[
         "req_ptr",
         "pos_ptr",
@@ -120,27 +193,54 @@ def c4_compress_kernel(
     eps: tl.float32,
     kv_bs: tl.int32,
     page_stride: tl.int64,
+    T: tl.int64,  # tokens
+    tpp: tl.int32,  # tokens per program (tokens_per_program)
     D: tl.constexpr,
     ENC: tl.constexpr,
 ):
-    t = tl.program_id(0).to(tl.int64)
-    p = tl.load(pos_ptr + t)
-    slot = tl.load(slot_ptr + t)
-    kv_slot = tl.load(kv_slot_ptr + t)
-    if (slot >= 0) & (kv_slot >= 0) & ((p + 1) % 4 == 0):
-        req = tl.load(req_ptr + t).to(tl.int64)
-        if block_stride % 4 == 0:
-            # The usual state cache: written so, every row offset is provably 16-byte aligned
-            # (a fact checked here, not an assumption) and the tile loads are 16-byte vectors.
-            c = pool_window(state_ptr, bt_ptr, req, p, sbs, (block_stride // 4) * 4, bt_stride, D)
-        else:
-            c = pool_window(state_ptr, bt_ptr, req, p, sbs, block_stride, bt_stride, D)
-        y = norm_rope(c, nw_ptr, cs_ptr, (p // 4) * 4, eps, D)
-        encode_store(y, cache_ptr, scale_ptr, kv_slot, kv_bs, page_stride, ENC, D // 64)
+    # Program i handles tokens [i * tpp, (i + 1) * tpp): a boundary is one token in four, so with
+    # tpp > 1 fewer programs only read their per-token words and exit. The words of all its tokens
+    # come in one round trip; the loop then runs the boundary tokens among them. (It runs to the
+    # constant MAX_TOKENS_PER_PROGRAM, not to tpp: the interpreter cannot range over a runtime value.)
+    lane = tl.arange(0, _MAX_TPP)
+    t0 = tl.program_id(0).to(tl.int64) * tpp
+    tok = t0 + lane
+    inb = (lane < tpp) & (tok < T)
+    pv = tl.load(pos_ptr + tok, mask=inb, other=0)
+    kvv = tl.load(kv_slot_ptr + tok, mask=inb, other=-1)
+    live = (tl.load(slot_ptr + tok, mask=inb, other=-1) >= 0) & (kvv >= 0) & ((pv + 1) % 4 == 0)
+    rv = tl.load(req_ptr + tok, mask=live, other=0)
+    live_bits = tl.sum(tl.where(live, 1 << lane, 0), axis=0)
+    for i in range(_MAX_TPP):
+        if ((live_bits >> i) & 1) != 0:
+            p = tl.sum(tl.where(lane == i, pv, 0), axis=0)
+            req = tl.sum(tl.where(lane == i, rv, 0), axis=0).to(tl.int64)
+            kv_slot = tl.sum(tl.where(lane == i, kvv, 0), axis=0)
+            w, cos, sin = norm_rope_operands(nw_ptr, cs_ptr, (p // 4) * 4, D)
+            if block_stride % 4 == 0:
+                # The usual state cache: written so, every row offset is provably 16-byte aligned
+                # (a fact checked here, not an assumption) and the row loads are 16-byte vectors.
+                c = pool_window(state_ptr, bt_ptr, req, p, sbs, (block_stride // 4) * 4, bt_stride, True, D)
+            else:
+                c = pool_window(state_ptr, bt_ptr, req, p, sbs, block_stride, bt_stride, False, D)
+            y = norm_rope_apply(c, w, cos, sin, eps, D)
+            encode_store(y, cache_ptr, scale_ptr, kv_slot, kv_bs, page_stride, ENC, D // 64)
+
+
+# Below this many tokens every token gets its own program (decode: the latency of one window);
+# above, TOKENS_PER_PROGRAM tokens share one (prefill: 3 of 4 programs would exit at once).
+SHARE_FROM_TOKENS = 4096
+TOKENS_PER_PROGRAM = 4
+
+
+def tokens_per_program(t: int) -> int:
+    """Tokens one program handles at ``t`` tokens (the grid is ``cdiv(t, tokens_per_program(t))``)."""
+    assert 1 <= TOKENS_PER_PROGRAM <= MAX_TOKENS_PER_PROGRAM
+    return TOKENS_PER_PROGRAM if t >= SHARE_FROM_TOKENS else 1
 
 
 class _C4CompressTriton:
-    """The launch K5, K6 and K9 share (a mixin): one program per token, the key's head and encoder."""
+    """The launch K5, K6 and K9 share (a mixin): ``tpp`` tokens per program, the key's head and encoder."""
 
     kernel_fn = c4_compress_kernel
     params = {
@@ -160,15 +260,18 @@ class _C4CompressTriton:
         "eps": Runtime(),
         "kv_bs": Runtime(),
         "page_stride": Runtime(),
+        "T": Runtime(),
+        "tpp": Runtime(),
         "D": FromKey("head_size"),
         "ENC": FromKey(key_encoder),
     }
 
     def launch_options(self, key: Any) -> dict[str, Any]:
-        return {"num_warps": 8 if key.head_size > 128 else 2}
+        # One warp per 128 columns: each thread holds 4 consecutive columns of a row (16-byte loads).
+        return {"num_warps": key.head_size // 128}
 
     def grid(self, key: Any, args: Mapping[str, Any]) -> tuple[int, ...]:
-        return (args["pos_ptr"].shape[0],)
+        return (triton.cdiv(args["T"], args["tpp"]),)
 
     def launch_args(
         self,
@@ -201,6 +304,8 @@ class _C4CompressTriton:
             ops.eps,
             st.kv_bs,
             st.page_stride,
+            t,
+            tokens_per_program(t),
         )
 
 
