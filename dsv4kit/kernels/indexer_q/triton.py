@@ -25,7 +25,7 @@ import triton.language as tl
 
 from dsv4kit.backends.triton import FromKey, Ptr, Runtime, TritonJitKernel
 from dsv4kit.kernels.indexer_q.spec import IndexerQBase
-from dsv4kit.kernels.triton_numerics import clog2, e2m1_code, pow2, round_bf16, round_e4m3
+from dsv4kit.kernels.triton_numerics import clog2, pow2, round_bf16, round_e4m3
 
 __all__ = ["IndexerQFp8Triton", "IndexerQMxfp4Triton"]
 
@@ -99,12 +99,38 @@ def _mx_block_exp(absmax):
 
 
 @triton.jit
-def _mx_pack(vals, e, ROWS: tl.constexpr):
-    """Codes of ``vals`` [R, 64] (two 32-blocks with exponents ``e`` [R, 2]) packed to [R, 32] bytes."""
-    v = tl.reshape(vals, (ROWS, 2, 32)) * pow2(-e)[:, :, None]
-    codes = tl.reshape(e2m1_code(v), (ROWS, 64))
-    lo, hi = tl.split(tl.reshape(codes, (ROWS, 32, 2)))
-    return (lo | (hi << 4)).to(tl.uint8)
+def _e2m1_mag_sign(v):
+    """E2M1 code of ``v`` (|v| <= 6, any fp32), RNE ties to even code (§2.4): int32, sign in bit 3.
+
+    ``fl(|v| + 2^(22+j)) - 2^(22+j)`` rounds |v| to the grid of step ``2^(j-1)`` (the fp32 add is
+    RNE), so ``k_j = bits(|v| + 2^(22+j)) - bits(2^(22+j)) + 2j`` is the code E2M1's binade j
+    would give (j = 0: 0..1.5, 1: 2..3, 2: 4..6). The right binade's k is the smallest of the
+    three (a coarser or finer grid never undercuts it; checked on every bf16 |v| <= 6 and fp32
+    subnormals): 3 adds and 3 integer add/min steps instead of a per-element binade.
+    """
+    a = tl.abs(v)
+    k0 = (a + 4194304.0).to(tl.int32, bitcast=True) - 0x4A800000
+    k1 = (a + 8388608.0).to(tl.int32, bitcast=True) - (0x4B000000 - 2)
+    k2 = (a + 16777216.0).to(tl.int32, bitcast=True) - (0x4B800000 - 4)
+    sign = (v.to(tl.int32, bitcast=True) >> 31) & 8          # -0 and tiny negatives: 8
+    return tl.minimum(tl.minimum(k0, k1), k2) | sign
+
+
+@triton.jit
+def _mx_pack(even, odd, e, ROWS: tl.constexpr):
+    """Bytes [R, 32] of the pairs (``even`` low nibble, ``odd`` high) [R, 32], two 16-pair blocks
+    with exponents ``e`` [R, 2]. The pairs stay split as loaded: no join/reshape back to dims."""
+    inv = pow2(-e)[:, :, None]
+    lo = _e2m1_mag_sign(tl.reshape(even, (ROWS, 2, 16)) * inv)
+    hi = _e2m1_mag_sign(tl.reshape(odd, (ROWS, 2, 16)) * inv)
+    return tl.reshape(lo + hi * 16, (ROWS, 32)).to(tl.uint8)
+
+
+@triton.jit
+def _pair_block_amax(even, odd, ROWS: tl.constexpr):
+    """Absmax [R, 2] of the two 32-dim blocks held as 16 (even, odd) pairs each."""
+    m = tl.maximum(tl.abs(even), tl.abs(odd))
+    return tl.max(tl.reshape(m, (ROWS, 2, 16)), axis=2)
 
 
 @triton.jit(**_UNSPECIALIZED)
@@ -113,19 +139,24 @@ def indexer_q_mxfp4_kernel(
     num_rows: tl.int32, softmax_scale: tl.float32, head_scale: tl.float32,
     NUM_HEADS: tl.constexpr, ROWS: tl.constexpr,
 ):
-    """K2: packed E2M1 codes [.., 64] bytes, 4 ue8m0 bytes as one int32, unscaled weights."""
+    """K2: packed E2M1 codes [.., 64] bytes, 4 ue8m0 bytes as one int32, unscaled weights.
+
+    Every 32-dim block is handled as 16 (even, odd) dim pairs, the nope half too: byte k of a
+    row is dims (2k, 2k+1), so the pairs are exactly the output bytes' nibbles.
+    """
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     ok = rows < num_rows
     nope, y_e, y_o = _load_rotated(q_ptr, pos_ptr, cs_ptr, rows, ok, NUM_HEADS, ROWS)
-    rope = tl.reshape(tl.join(y_e, y_o), (ROWS, 64))
+    n_e, n_o = tl.split(tl.reshape(nope, (ROWS, 32, 2)))
 
-    e_nope = _mx_block_exp(tl.max(tl.abs(tl.reshape(nope, (ROWS, 2, 32))), axis=2))   # blocks 0, 1
-    e_rope = _mx_block_exp(tl.max(tl.abs(tl.reshape(rope, (ROWS, 2, 32))), axis=2))   # blocks 2, 3
+    e_nope = _mx_block_exp(_pair_block_amax(n_e, n_o, ROWS))   # blocks 0, 1
+    e_rope = _mx_block_exp(_pair_block_amax(y_e, y_o, ROWS))   # blocks 2, 3
 
     out_row = rows[:, None] * 64
     m = ok[:, None]
-    tl.store(q_out_ptr + out_row + tl.arange(0, 32)[None, :], _mx_pack(nope, e_nope, ROWS), mask=m)
-    tl.store(q_out_ptr + out_row + 32 + tl.arange(0, 32)[None, :], _mx_pack(rope, e_rope, ROWS), mask=m)
+    tl.store(q_out_ptr + out_row + tl.arange(0, 32)[None, :], _mx_pack(n_e, n_o, e_nope, ROWS), mask=m)
+    tl.store(q_out_ptr + out_row + 32 + tl.arange(0, 32)[None, :], _mx_pack(y_e, y_o, e_rope, ROWS),
+             mask=m)
 
     # Scale bytes b = e + 127, little-endian in one int32: block 0 in the low byte.
     b_nope = (e_nope + 127).to(tl.uint32)
