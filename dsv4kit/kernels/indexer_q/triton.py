@@ -31,30 +31,45 @@ __all__ = ["IndexerQFp8Triton", "IndexerQMxfp4Triton"]
 
 
 @triton.jit
-def _load_rotated(q_ptr, pos_ptr, cs_ptr, rows, ok, NUM_HEADS: tl.constexpr, ROWS: tl.constexpr):
-    """Load ``rows`` (masked by ``ok``); return (nope [R,64], even [R,32], odd [R,32]) in fp32.
+def _load_rotated(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS: tl.constexpr, ROWS: tl.constexpr):
+    """Load rows ``first + r`` (masked by ``ok``); return (nope [R,64], even [R,32], odd [R,32]) fp32.
 
-    The rope lanes are RoPE'd and rounded to bf16 values (§K1: bf16 before the amax).
+    ``first`` is the program's first row (an int32 scalar), ``r`` = arange(ROWS). The rope lanes
+    are RoPE'd and rounded to bf16 values (§K1: bf16 before the amax).
     """
-    base = rows.to(tl.int64)[:, None] * 128
+    # The row base is a 64-bit scalar (rows * 128 passes 2^31 from T = 2^18); per-element
+    # offsets within the program are int32.
+    q_row = q_ptr + first.to(tl.int64) * 128 + r[:, None] * 128
     m = ok[:, None]
-    nope = tl.load(q_ptr + base + tl.arange(0, 64)[None, :], mask=m, other=0.0).to(tl.float32)
-    rope = tl.load(q_ptr + base + 64 + tl.arange(0, 64)[None, :], mask=m, other=0.0).to(tl.float32)
+    nope = tl.load(q_row + tl.arange(0, 64)[None, :], mask=m, other=0.0).to(tl.float32)
+    rope = tl.load(q_row + 64 + tl.arange(0, 64)[None, :], mask=m, other=0.0).to(tl.float32)
     x_e, x_o = tl.split(tl.reshape(rope, (ROWS, 32, 2)))
     i = tl.arange(0, 32)[None, :]
     if ROWS <= NUM_HEADS:
         # One token per program: one position, one cos/sin row, broadcast over the heads.
-        p = tl.load(pos_ptr + tl.min(rows, axis=0) // NUM_HEADS)
+        p = tl.load(pos_ptr + first // NUM_HEADS)
         c = tl.load(cs_ptr + p * 64 + i).to(tl.float32)
         s = tl.load(cs_ptr + p * 64 + 32 + i).to(tl.float32)
     else:
-        p = tl.load(pos_ptr + rows // NUM_HEADS, mask=ok, other=0)[:, None]
+        p = tl.load(pos_ptr + (first + r) // NUM_HEADS, mask=ok, other=0)[:, None]
         c = tl.load(cs_ptr + p * 64 + i, mask=m, other=0.0).to(tl.float32)
         s = tl.load(cs_ptr + p * 64 + 32 + i, mask=m, other=0.0).to(tl.float32)
     # Each product and sum rounded separately (launched with enable_fp_fusion=False).
     y_e = round_bf16(x_e * c - x_o * s)
     y_o = round_bf16(x_o * c + x_e * s)
     return nope, y_e, y_o
+
+
+@triton.jit
+def _program_rows(num_rows, ROWS: tl.constexpr):
+    """(first row: int32 scalar, r = arange(ROWS), ok = first + r < num_rows) of this program.
+
+    The grid is cdiv(num_rows, ROWS), so ``first < num_rows`` fits int32 and so does
+    ``num_rows - first``: the row mask never needs 64-bit compares.
+    """
+    first = tl.program_id(0) * ROWS
+    r = tl.arange(0, ROWS)
+    return first, r, r < num_rows - first
 
 
 # Only the row count varies per call and it is never specialized (spec §2.11); the small
@@ -70,25 +85,24 @@ def indexer_q_fp8_kernel(
     NUM_HEADS: tl.constexpr, ROWS: tl.constexpr,
 ):
     """K1: q_out (e4m3fn) and weights_out = w * 2^e * ss * hs, per (token, head)."""
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
-    ok = rows < num_rows
-    nope, y_e, y_o = _load_rotated(q_ptr, pos_ptr, cs_ptr, rows, ok, NUM_HEADS, ROWS)
+    first, r, ok = _program_rows(num_rows, ROWS)
+    nope, y_e, y_o = _load_rotated(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS, ROWS)
 
     amax = tl.maximum(tl.max(tl.abs(nope), axis=1),
                       tl.maximum(tl.max(tl.abs(y_e), axis=1), tl.max(tl.abs(y_o), axis=1)))
     e = clog2(tl.maximum(amax, 1e-4) * (1.0 / 448.0))  # D1: floor first; §2.1: * fl(1/448) == / 448
     inv = pow2(-e)[:, None]                            # exact scaling by a power of two
 
-    base = rows[:, None] * 128
+    base = q_out_ptr + first.to(tl.int64) * 128 + r[:, None] * 128
     m = ok[:, None]
     # round_e4m3 lands on the e4m3 grid, so the cast to fp8 is exact (also in the interpreter).
     out_ty = q_out_ptr.dtype.element_ty
-    tl.store(q_out_ptr + base + tl.arange(0, 64)[None, :], round_e4m3(nope * inv).to(out_ty), mask=m)
+    tl.store(base + tl.arange(0, 64)[None, :], round_e4m3(nope * inv).to(out_ty), mask=m)
     rope = tl.reshape(tl.join(round_e4m3(y_e * inv), round_e4m3(y_o * inv)), (ROWS, 64))
-    tl.store(q_out_ptr + base + 64 + tl.arange(0, 64)[None, :], rope.to(out_ty), mask=m)
+    tl.store(base + 64 + tl.arange(0, 64)[None, :], rope.to(out_ty), mask=m)
 
-    w = tl.load(w_ptr + rows, mask=ok, other=0.0).to(tl.float32)
-    tl.store(w_out_ptr + rows, ((w * pow2(e)) * softmax_scale) * head_scale, mask=ok)
+    w = tl.load(w_ptr + first + r, mask=ok, other=0.0).to(tl.float32)
+    tl.store(w_out_ptr + first + r, ((w * pow2(e)) * softmax_scale) * head_scale, mask=ok)
 
 
 @triton.jit
@@ -144,18 +158,17 @@ def indexer_q_mxfp4_kernel(
     Every 32-dim block is handled as 16 (even, odd) dim pairs, the nope half too: byte k of a
     row is dims (2k, 2k+1), so the pairs are exactly the output bytes' nibbles.
     """
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
-    ok = rows < num_rows
-    nope, y_e, y_o = _load_rotated(q_ptr, pos_ptr, cs_ptr, rows, ok, NUM_HEADS, ROWS)
+    first, r, ok = _program_rows(num_rows, ROWS)
+    nope, y_e, y_o = _load_rotated(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS, ROWS)
     n_e, n_o = tl.split(tl.reshape(nope, (ROWS, 32, 2)))
 
     e_nope = _mx_block_exp(_pair_block_amax(n_e, n_o, ROWS))   # blocks 0, 1
     e_rope = _mx_block_exp(_pair_block_amax(y_e, y_o, ROWS))   # blocks 2, 3
 
-    out_row = rows[:, None] * 64
+    out_row = q_out_ptr + first.to(tl.int64) * 64 + r[:, None] * 64
     m = ok[:, None]
-    tl.store(q_out_ptr + out_row + tl.arange(0, 32)[None, :], _mx_pack(n_e, n_o, e_nope, ROWS), mask=m)
-    tl.store(q_out_ptr + out_row + 32 + tl.arange(0, 32)[None, :], _mx_pack(y_e, y_o, e_rope, ROWS),
+    tl.store(out_row + tl.arange(0, 32)[None, :], _mx_pack(n_e, n_o, e_nope, ROWS), mask=m)
+    tl.store(out_row + 32 + tl.arange(0, 32)[None, :], _mx_pack(y_e, y_o, e_rope, ROWS),
              mask=m)
 
     # Scale bytes b = e + 127, little-endian in one int32: block 0 in the low byte.
@@ -164,10 +177,10 @@ def indexer_q_mxfp4_kernel(
     b0, b1 = tl.split(b_nope)
     b2, b3 = tl.split(b_rope)
     packed = b0 | (b1 << 8) | (b2 << 16) | (b3 << 24)
-    tl.store(scale_out_ptr + rows, packed.to(tl.int32, bitcast=True), mask=ok)
+    tl.store(scale_out_ptr + first + r, packed.to(tl.int32, bitcast=True), mask=ok)
 
-    w = tl.load(w_ptr + rows, mask=ok, other=0.0).to(tl.float32)
-    tl.store(w_out_ptr + rows, (w * softmax_scale) * head_scale, mask=ok)
+    w = tl.load(w_ptr + first + r, mask=ok, other=0.0).to(tl.float32)
+    tl.store(w_out_ptr + first + r, (w * softmax_scale) * head_scale, mask=ok)
 
 
 #: Under the interpreter a program covers 4 whole tokens (256 rows): each row's arithmetic is
