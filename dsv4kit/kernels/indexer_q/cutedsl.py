@@ -8,9 +8,13 @@ computes. Lanes 16..31 hold the rope half; each holds two complete GPT-J pairs, 
 no shuffles. The 128-dim amax (FP8) is one warp reduction; the four 32-dim MXFP4 blocks are
 8-lane groups. A CTA has 4 warps.
 
-Rounding is in :mod:`dsv4kit.kernels.cute_numerics` (bf16 and E2M1 as in the Triton kernels,
-e4m3 by the hardware RNE conversion), and every product/sum is an ``.rn`` instruction (no FMA
-contraction).
+Every product/sum is an ``.rn`` instruction (no FMA contraction). FP8 (K1): bf16 rounding as
+in the Triton kernels (:mod:`dsv4kit.kernels.cute_numerics`), e4m3 by the hardware RNE
+conversion. MXFP4 (K2): rope values rounded to bf16 by the hardware RNE ``cvt.rn.bf16x2.f32``
+(spec §2.1 rule 3), then a lane's 4 values stay two packed bf16x2 words through the amax, the
+scaling and the E2M1 rounding (two elements per instruction; see ``_e2m1_pair``). K2 stores
+per thread once, not per row: lane ``8b + c`` (``c < coarsen``) writes the scale byte of block
+``b`` of row ``c``, lane ``c`` the weight of row ``c``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import torch
-from cutlass import BFloat16, Float32, Int16, Int32, Int64, Uint32, Uint64
+from cutlass import BFloat16, Float32, Int16, Int32, Int64, Uint8, Uint32, Uint64
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
 
 from dsv4kit.backends.cutedsl import CuTeDSLJitKernel, fake_stream, fake_tensor, sym
 from dsv4kit.errors import input_error
@@ -29,11 +35,11 @@ from dsv4kit.kernels.cute_numerics import (
     abs_f32,
     add_rn,
     clog2,
-    e2m1_code,
     e4m3x4,
     mul_rn,
     pow2,
     round_bf16,
+    select,
     sub_rn,
 )
 from dsv4kit.kernels.indexer_q.spec import IndexerQBase
@@ -87,6 +93,53 @@ def _amax4(y0, y1, y2, y3):
     return cute.arch.fmax(cute.arch.fmax(abs_f32(y0), abs_f32(y1)), cute.arch.fmax(abs_f32(y2), abs_f32(y3)))
 
 
+def _asm(ret, args, body: str, cons: str, loc=None, ip=None):
+    return llvm.inline_asm(ret, [a.ir_value(loc=loc, ip=ip) for a in args], body, cons,
+                           has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
+                           loc=loc, ip=ip)
+
+
+@dsl_user_op
+def _bf16x2_rn(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
+    """RNE of two fp32 to bf16, packed (``lo`` in the low half): one ``cvt.rn.bf16x2.f32``
+    (spec §2.1 rule 3 allows CuTeDSL the hardware RNE conversion)."""
+    return Uint32(_asm(T.i32(), [Float32(hi), Float32(lo)], "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f",
+                       loc, ip))
+
+
+@dsl_user_op
+def _bf16x2_op(op: str, a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
+    """``op`` (``mul.rn`` or ``max``) on two packed bf16x2 words."""
+    return Uint32(_asm(T.i32(), [Uint32(a), Uint32(b)], f"{op}.bf16x2 $0, $1, $2;", "=r,r,r", loc, ip))
+
+
+@dsl_user_op
+def _bf16x2_fma(a: Uint32, b: Uint32, c: Uint32, *, loc=None, ip=None) -> Uint32:
+    """``fl(a * b + c)`` per bf16 half, one RNE rounding."""
+    return Uint32(_asm(T.i32(), [Uint32(a), Uint32(b), Uint32(c)], "fma.rn.bf16x2 $0, $1, $2, $3;",
+                       "=r,r,r,r", loc, ip))
+
+
+@dsl_user_op
+def _prmt(a: Uint32, b: Uint32, sel: int, *, loc=None, ip=None) -> Uint32:
+    """Byte permute of {b, a} (``prmt.b32``; a selector nibble of 8 or more replicates the byte's sign)."""
+    return Uint32(_asm(T.i32(), [Uint32(a), Uint32(b)], f"prmt.b32 $0, $1, $2, {sel:#x};", "=r,r,r", loc, ip))
+
+
+@cute.jit
+def _e2m1_pair(av: Uint32) -> Uint32:
+    """E2M1 magnitudes (bits 0-2 of each 16-bit half) of the two bf16 |v| in ``av`` (|v| <= 6).
+
+    With ``B = max(binade(|v|), 1)``, ``s = fl(|v| + 64 B)`` (one bf16 RNE: ties to the even
+    code) has exponent 133 + L (B = 2^L) and 7-bit mantissa k = round(|v| / (B/2)) <= 4, and the
+    code is k + 2L = (s & 0x7F) + (s >> 6) - 266. The 32-bit ``s >> 6`` drops the high half's k
+    into bits 10-12 of the low half: above the code, no carry past bit 15.
+    """
+    b = _bf16x2_op("max", av & Uint32(0x7F807F80), Uint32(0x3F803F80))     # B, per half
+    s = _bf16x2_fma(b, Uint32(0x42804280), av)                                # fl(|v| + 64 B)
+    return (s & Uint32(0x007F007F)) + (s >> Uint32(6)) - Uint32(0x010A010A)
+
+
 @cute.kernel
 def _fp8_kernel(mPos, mQ, mCS, mW, mQout, mWout, num_rows: Int32, ss: Float32, hs: Float32,
                 coarsen: cutlass.Constexpr):
@@ -120,9 +173,28 @@ def _mx_exp(amax: Float32) -> Int32:
     return cutlass.min(cutlass.max(e, Int32(-127)), Int32(127))
 
 
+@cute.jit
+def _bf16_words(v: Uint64, cs, lane):
+    """The lane's 4 values as two bf16x2 words (dims 4l, 4l+1 | 4l+2, 4l+3, low half first):
+    nope lanes as loaded, rope lanes rotated (no FMA) and rounded by the hardware RNE cvt."""
+    w0 = Uint32(v & Uint64(0xFFFFFFFF))
+    w1 = Uint32(v >> Uint64(32))
+    if lane >= 16:
+        x0, x1, x2, x3 = _unpack4(v)
+        c0, c1, s0, s1 = cs
+        w0 = _bf16x2_rn(add_rn(mul_rn(x1, c0), mul_rn(x0, s0)), sub_rn(mul_rn(x0, c0), mul_rn(x1, s0)))
+        w1 = _bf16x2_rn(add_rn(mul_rn(x3, c1), mul_rn(x2, s1)), sub_rn(mul_rn(x2, c1), mul_rn(x3, s1)))
+    return w0, w1
+
+
 @cute.kernel
 def _mxfp4_kernel(mPos, mQ, mCS, mW, mQout, mScale, mWout, num_rows: Int32, ss: Float32, hs: Float32,
                   coarsen: cutlass.Constexpr):
+    """Per row, a lane's 4 dims stay two packed bf16x2 words: amax, scaling and the E2M1 rounding
+    run two elements per instruction (bf16 holds every value exactly: y is bf16 and 2^-e scales
+    exactly, or underflows to a code-0 value). Lanes 8b..8b+7 hold block b (dims 32b..32b+31).
+    Lane 8b + c (c < coarsen) stores the scale byte of block b of row c, lane c (< coarsen) the
+    weight of row c: one store instruction per thread each, not one per row."""
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     lane = tidx % 32
@@ -130,23 +202,35 @@ def _mxfp4_kernel(mPos, mQ, mCS, mW, mQout, mScale, mWout, num_rows: Int32, ss: 
     if first < num_rows:
         words = [mQ[first + c, lane] for c in range(coarsen)]
         cs = _cos_sin(mPos, mCS, first, lane)
+        sel = lane % 8                           # the row whose scale byte this lane stores
+        byte = Uint32(0)
         for c in cutlass.range_constexpr(coarsen):
             row = first + c
-            y0, y1, y2, y3 = _rotate(words[c], cs, lane)
-            # Lanes 8b..8b+7 hold block b (dims 32b..32b+31).
-            e = _mx_exp(cute.arch.warp_reduction_max(_amax4(y0, y1, y2, y3), threads_in_group=8))
-            inv = pow2(-e)
-            lo = e2m1_code(mul_rn(y0, inv)) | (e2m1_code(mul_rn(y1, inv)) << Uint32(4))
-            hi = e2m1_code(mul_rn(y2, inv)) | (e2m1_code(mul_rn(y3, inv)) << Uint32(4))
-            mQout[row, lane] = cutlass.Uint16(lo | (hi << Uint32(8))).bitcast(cutlass.Int16)
-            b = Uint32(e + Int32(127))
-            b1 = cute.arch.shuffle_sync(b, 8)
-            b2 = cute.arch.shuffle_sync(b, 16)
-            b3 = cute.arch.shuffle_sync(b, 24)
-            if lane == 0:
-                mScale[row] = (b | (b1 << Uint32(8)) | (b2 << Uint32(16)) | (b3 << Uint32(24))).bitcast(Int32)
-                w = mW[row].to(Float32)
-                mWout[row] = mul_rn(mul_rn(w, ss), hs)
+            w0, w1 = _bf16_words(words[c], cs, lane)
+            a0 = w0 & Uint32(0x7FFF7FFF)
+            a1 = w1 & Uint32(0x7FFF7FFF)
+            m = _bf16x2_op("max", a0, a1)
+            for k in cutlass.range_constexpr(3):            # the 8-lane group
+                m = _bf16x2_op("max", m, cute.arch.shuffle_sync_bfly(m, offset=4 >> k))
+            amax = cute.arch.fmax((m << Uint32(16)).bitcast(Float32),
+                                  (m & Uint32(0xFFFF0000)).bitcast(Float32))
+            b = Uint32(_mx_exp(amax) + Int32(127))          # ue8m0 byte, 1..254
+            inv2 = Uint32(0x7F007F00) - b * Uint32(0x00800080)   # 2^-e in both bf16 halves
+            c0 = _e2m1_pair(_bf16x2_op("mul.rn", a0, inv2))
+            c1 = _e2m1_pair(_bf16x2_op("mul.rn", a1, inv2))
+            # bytes [code 4l, 4l+2, 4l+1, 4l+3] with each sign (replicated from w's bytes) in bit 3
+            x = _prmt(c0, c1, 0x6240) | (_prmt(w0, w1, 0xFBD9) & Uint32(0x08080808))
+            packed = x | (x >> Uint32(12))                  # nibbles 4l | 4l+1 | 4l+2 | 4l+3
+            mQout[row, lane] = cutlass.Uint16(packed & Uint32(0xFFFF)).bitcast(Int16)
+            if c == 0:
+                byte = b
+            else:
+                byte = select(sel == c, b, byte, Uint32)
+        if sel < coarsen:                                   # q_scale as bytes: row * 4 + block
+            mScale[first + sel, lane // 8] = cutlass.Uint8(byte)
+        if lane < coarsen:
+            w = mW[first + lane].to(Float32)
+            mWout[first + lane] = mul_rn(mul_rn(w, ss), hs)
 
 
 def _grid(num_rows: Int32, coarsen: int) -> list:
@@ -167,7 +251,7 @@ def launch_fp8(mPos: cute.Tensor, mQ: cute.Tensor, mCS: cute.Tensor, mW: cute.Te
 def launch_mxfp4(mPos: cute.Tensor, mQ: cute.Tensor, mCS: cute.Tensor, mW: cute.Tensor, mQout: cute.Tensor,
                  mScale: cute.Tensor, mWout: cute.Tensor, num_rows: Int32, ss: Float32, hs: Float32,
                  stream: cuda.CUstream, coarsen: cutlass.Constexpr):
-    """K2. ``mQout`` int16 [R, 32] (2 packed bytes each); ``mScale`` int32 [R]."""
+    """K2. ``mQout`` int16 [R, 32] (2 packed bytes each); ``mScale`` uint8 [R, 4] (the int32 words)."""
     _mxfp4_kernel(mPos, mQ, mCS, mW, mQout, mScale, mWout, num_rows, ss, hs, coarsen).launch(
         grid=_grid(num_rows, coarsen), block=[32 * WARPS_PER_CTA, 1, 1], stream=stream)
 
@@ -222,7 +306,7 @@ class IndexerQMxfp4CuTeDSL(_CuteLaunch, IndexerQBase, CuTeDSLJitKernel["IndexerQ
     def warmup_inputs(self, key: IndexerQBase.CompileKey) -> tuple[Any, ...]:
         shared, r = self._shared_fakes(key)
         q_out = fake_tensor(Int16, (r, key.head_dim // 4))
-        scale = fake_tensor(Int32, (r,), align=4)
+        scale = fake_tensor(Uint8, (r, key.head_dim // 32))
         w_out = fake_tensor(Float32, (r,), align=4)
         return (*shared, q_out, scale, w_out, Int32(0), Float32(0.0), Float32(0.0),
                 fake_stream(self.tvm_ffi), key.coarsen)
@@ -231,5 +315,6 @@ class IndexerQMxfp4CuTeDSL(_CuteLaunch, IndexerQBase, CuTeDSLJitKernel["IndexerQ
         q_packed, q_scale, w_out = outs
         rows = q_packed.shape[0] * q_packed.shape[1]
         return (positions, index_q.view(torch.int64).view(rows, -1), cos_sin_cache, index_weights.view(rows),
-                q_packed.view(torch.int16).view(rows, -1), q_scale.view(rows), w_out.view(rows), rows, ss,
+                q_packed.view(torch.int16).view(rows, -1), q_scale.view(torch.uint8).view(rows, -1),
+                w_out.view(rows), rows, ss,
                 hs)
