@@ -3,28 +3,33 @@
 Mapping. CTAs of :data:`WARPS` = 4 warps (``ceil(T / 16)`` CTAs; 8 KiB of shared memory each
 for head 512, none for head 128); warp ``w`` of CTA ``b`` owns the :data:`TOKENS_PER_WARP` (G = 4)
 consecutive tokens ``t0 = (b * WARPS + w) * G .. t0 + G - 1`` (< T). Lane ``i < G`` loads token ``t0 + i``'s
-position, state slot, kv slot and request row; a warp ballot marks the live boundary tokens
-(slot >= 0, kv slot >= 0, ``(p + 1) % 4 == 0``) and the warp handles them one after the other
-(a warp-uniform loop; tokens that are not live cost no further load and no store). Consecutive
+position, state slot and kv slot; a warp ballot marks the live boundary tokens (slot >= 0, kv
+slot >= 0, ``(p + 1) % 4 == 0``) and the warp handles them one after the other (a warp-uniform
+loop that reads the token's position, kv slot and request row again, L1 hits, rather than keep
+them in registers; tokens that are not live cost no further load and no store). Consecutive
 tokens of a request hold consecutive positions, so a warp of G = 4 tokens usually has one
-boundary token to pool.
+boundary token to pool. Launch bound :data:`MIN_CTAS_PER_SM` = 6: at most 80 registers per
+thread (sm_90a: 78-79 for every key, no spills, no stack), 24 warps per SM (occupancy 0.375).
 
 Per live token (:func:`pool_norm_rope`, then :func:`~dsv4kit.kernels.encoders.cutedsl.
 encode_store`):
 
-1. Window rows. Lane ``l`` computes row ``j = l % 8`` (position ``q = p - 7 + j``): its state
-   row offset ``bt[req, q // sbs] * block_stride + (q % sbs) * 4D``, plus D for rows j >= 4
-   (half B); the 8 offsets are shuffled to every lane. Rows with q < 0 (only rows 0..3, only at
-   p = 3) are not read: score -inf, kv 0, so their weight is exactly 0.
+1. Window rows. Lane ``l`` computes row ``j = l % 8``'s offset (position ``q = p - 7 + j``): its
+   state row ``bt[req, q // sbs] * block_stride + (q % sbs) * 4D``, plus D for rows j >= 4 (half
+   B); every load shuffles its row's offset from lane j (the 8 offsets are not kept live across
+   the math). Rows with q < 0 (only rows 0..3, only at p = 3) are not read: score -inf, so their
+   weight is exactly 0, and they are left out of the sum (adding their +0 products to the +0
+   start would change no bit).
 2. Pooling, in chunks of 128 columns (D / 128 = 4 chunks for head 512, 1 for head 128): lane
    ``l`` owns columns ``128 c + 4 l .. + 3`` of chunk c, so every warp load is 512 contiguous
-   bytes. It issues the 16 loads of the chunk (8 rows x 4 scores, 8 rows x 4 kv; 16-byte
-   vectors when ``block_stride % 4 == 0``, the usual case, since the state base is 16-byte
-   aligned and all other row offsets are multiples of 4 elements; element loads otherwise, a
-   warp-uniform runtime branch), then per column: ``m = max_j s_j``, ``e_j = exp(s_j - m)``,
-   ``S = sum_j e_j``, ``c = sum_j fl(e_j / S) * k_j`` (sums in row order j = 0..7 from +0). The
-   chunk loop is not unrolled: 8 x 4 scores and 8 x 4 kv in registers at a time (sm_90a: at
-   most 128 registers per thread for every key, so 4 CTAs = 16 warps per SM; no spills).
+   bytes (16-byte vectors when ``block_stride % 4 == 0``, the usual case, since the state base
+   is 16-byte aligned and all other row offsets are multiples of 4 elements; element loads
+   otherwise, a warp-uniform runtime branch). Per chunk: the 8 x 4 scores, then per column
+   ``m = max_j s_j``, ``e_j = exp(s_j - m)``, ``S = sum_j e_j``, the weights ``fl(e_j / S)`` in
+   place; kv rows 0..3 are loaded before the divisions and summed, then rows 4..7:
+   ``c = sum_j w_j * k_j`` (sums in row order j = 0..7 from +0). At most 32 weights + 16 kv are
+   live (not 32 scores + 32 kv): that is what fits the 80 registers. The chunk loop is not
+   unrolled.
 3. Head 512: the chunks' pooled values go through shared memory (2 KiB per warp) so that lane
    ``l`` ends up holding dims ``[16 l, 16 l + 16)``: the calling convention of ``encode_store``.
    Head 128: lane ``l``'s chunk columns ``[4 l, 4 l + 4)`` are already that layout.
@@ -39,11 +44,12 @@ Numerics: every product and sum is an ``.rn`` instruction (never contracted into
 weights ``div.rn.f32`` (IEEE division, :data:`IEEE_WEIGHTS`) and the norm ``sqrt.rn.f32`` /
 ``div.rn.f32``, as the reference computes them. ``exp`` is :func:`exp_f32`, written out with
 ``.rn`` operations (no ``ex2.approx``): Cody-Waite reduction and a degree-7 polynomial, at most
-1 ulp from the exact value (about 90 % correctly rounded, subnormal results included). The 8-row
-sums run in the reference's order (j = 0..7, as PyTorch's CPU reduction); the norm's sum of
-squares (lane order, then a butterfly) and exp may differ from the reference in the last bit, so
-results follow the compressor rule of §2.12 (typically bit-identical on nearly every encoded
-element). The encode step is bit-exact given y.
+1 ulp from the exact value (about 90 % correctly rounded, subnormal results included); 2^k is
+applied with one integer add and one multiply. The 8-row sums run in the reference's order
+(j = 0..7, as PyTorch's CPU reduction); the norm's sum of squares (lane order, then a butterfly)
+and exp may differ from the reference in the last bit, so results follow the compressor rule of
+§2.12 (typically bit-identical on nearly every encoded element). The encode step is bit-exact
+given y.
 
 One compile per key serves every T, number of requests, block-table width, state pool (blocks,
 block stride, sbs), cache (pages, kv_bs, page stride) and norm weight of the key's dtype.
@@ -72,8 +78,9 @@ from dsv4kit.kernels.cute_numerics import add_rn, mul_rn, sub_rn
 from dsv4kit.kernels.encoders.cutedsl import cache_align, div_rn, elems_per_lane, encode_store
 from dsv4kit.kernels.encoders.spec import key_encoder
 
-__all__ = ["IEEE_WEIGHTS", "TOKENS_PER_WARP", "WARPS", "C4CompressDsMlaCuTeDSL", "C4CompressPlainCuTeDSL",
-           "IndexerCompressCuTeDSL", "c4_compress_host", "exp_f32", "norm_rope", "pool_norm_rope", "sqrt_rn"]
+__all__ = ["IEEE_WEIGHTS", "MIN_CTAS_PER_SM", "TOKENS_PER_WARP", "WARPS", "C4CompressDsMlaCuTeDSL",
+           "C4CompressPlainCuTeDSL", "IndexerCompressCuTeDSL", "c4_compress_host", "exp_f32", "norm_rope",
+           "pool_norm_rope", "sqrt_rn"]
 
 #: Softmax weights by IEEE division ``div.rn(e_j, S)``, as the reference (else ``fl(e_j * fl(1 / S))``,
 #: 8 divisions fewer per column; also within the compressor rule). A compile-time choice.
@@ -82,6 +89,10 @@ IEEE_WEIGHTS = True
 #: Warps per CTA, and consecutive tokens per warp.
 WARPS = 4
 TOKENS_PER_WARP = 4
+#: Launch bound (``.minnctapersm``): 6 CTAs = 24 warps per SM, so ptxas fits the kernel in 80 registers
+#: (65536 / (6 * 128) = 85, allocated in steps of 8); the pooling chunk is written so that it needs
+#: no more (no spills, no stack). 8 (64 registers, occupancy 0.5) spills to the stack.
+MIN_CTAS_PER_SM = 6
 
 _ROWS = 8                    # the C4 window: 4 previous rows (half A) + 4 current rows (half B)
 _CHUNK = 128                 # columns per pooling chunk: 32 lanes x 4
@@ -146,62 +157,101 @@ def exp_f32(x: Float32) -> Float32:
 
 
 @cute.jit
-def _load_rows(mState: cute.Tensor, bases: cute.Tensor, col: Int64, sv: cute.Tensor, kv: cute.Tensor,
-               j0: cutlass.Constexpr, vec: cutlass.Constexpr, D: cutlass.Constexpr):
-    """Scores and kv of rows ``j0 .. 7`` at the lane's columns ``col .. col + 3``: 16-byte loads
-    when ``vec`` (every offset is then a multiple of 4 elements), else element loads."""
-    for j in cutlass.range_constexpr(j0, _ROWS):
-        at = bases[j] + col
+def _load_rows(mState: cute.Tensor, mine: Int64, col: Int64, dst: cute.Tensor, off: cutlass.Constexpr,
+               j0: cutlass.Constexpr, j1: cutlass.Constexpr, d0: cutlass.Constexpr, vec: cutlass.Constexpr):
+    """Rows ``j0 .. j1 - 1`` of one half (element offset ``off`` in the row: ``2 D`` scores, 0 kv)
+    at the lane's columns ``col .. col + 3`` into ``dst[:, j - d0]``: 16-byte loads when ``vec``
+    (every offset is then a multiple of 4 elements), else element loads. Row ``j``'s offset is
+    lane ``j``'s ``mine``, shuffled here (the 8 offsets are not kept live across the math)."""
+    for j in cutlass.range_constexpr(j0, j1):
+        at = cute.arch.shuffle_sync(mine, j) + col + Int64(off)
         if cutlass.const_expr(vec):
-            score = mState.iterator + cute.assume(at + Int64(2 * D), divby=4)
-            cute.autovec_copy(cute.make_tensor(score, cute.make_layout(4)), sv[None, j])
-            value = mState.iterator + cute.assume(at, divby=4)
-            cute.autovec_copy(cute.make_tensor(value, cute.make_layout(4)), kv[None, j])
+            src = mState.iterator + cute.assume(at, divby=4)
+            cute.autovec_copy(cute.make_tensor(src, cute.make_layout(4)), dst[None, j - d0])
         else:
             for e in cutlass.range_constexpr(4):
-                sv[e, j] = mState[at + Int64(2 * D + e)]
-                kv[e, j] = mState[at + Int64(e)]
+                dst[e, j - d0] = mState[at + Int64(e)]
 
 
 @cute.jit
-def _pool_chunk(mState: cute.Tensor, bases: cute.Tensor, col: Int64, full: cutlass.Boolean,
+def _load_vec_or_elems(mState: cute.Tensor, mine: Int64, col: Int64, vec_ok: cutlass.Boolean,
+                       dst: cute.Tensor, off: cutlass.Constexpr, j0: cutlass.Constexpr, j1: cutlass.Constexpr,
+                       d0: cutlass.Constexpr):
+    """:func:`_load_rows` by vectors or by elements (a warp-uniform branch)."""
+    if vec_ok:
+        _load_rows(mState, mine, col, dst, off, j0, j1, d0, True)
+    else:
+        _load_rows(mState, mine, col, dst, off, j0, j1, d0, False)
+
+
+@cute.jit
+def _accumulate(c: cute.Tensor, w: cute.Tensor, k: cute.Tensor, j0: cutlass.Constexpr):
+    """``c_i = fl(c_i + fl(w[i, j] * k[i, j - j0]))`` for rows ``j = j0 .. j0 + 3``, in row order."""
+    for i in cutlass.range_constexpr(4):
+        for j in cutlass.range_constexpr(j0, j0 + 4):
+            c[i] = add_rn(c[i], mul_rn(w[i, j], k[i, j - j0]))
+
+
+@cute.jit
+def _pool_chunk(mState: cute.Tensor, mine: Int64, col: Int64, full: cutlass.Boolean,
                 vec_ok: cutlass.Boolean, out: cute.Tensor, D: cutlass.Constexpr, ieee: cutlass.Constexpr):
     """Pool the lane's 4 columns ``col .. col + 3`` over the window into ``out``; weights
-    ``div.rn(e_j, S)`` (``ieee``) or ``fl(e_j * div.rn(1, S))``."""
+    ``div.rn(e_j, S)`` (``ieee``) or ``fl(e_j * div.rn(1, S))``. ``mine``: the state offset of row
+    ``lane % 8``.
+
+    Registers (occupancy): kv comes 4 rows at a time, so that at most 32 scores / weights + 16 kv
+    are live, never 32 scores + 32 kv: the scores first, then kv rows 0..3 (in flight during the
+    divisions), then rows 4..7 once rows 0..3 are summed. At p = 3 the first kv load takes rows
+    4..7 and rows 0..3 (score -inf, weight 0) are neither read nor summed: their products would add
+    +0 to the +0 start, so every value is the same, bit for bit.
+    """
     sv = cute.make_rmem_tensor((4, _ROWS), Float32)
-    kv = cute.make_rmem_tensor((4, _ROWS), Float32)
-    # Rows 0..3 (half A of the previous block) exist unless p = 3: then score -inf, kv 0.
+    kv = cute.make_rmem_tensor((4, 4), Float32)
     for j in cutlass.range_constexpr(4):
         for e in cutlass.range_constexpr(4):
             sv[e, j] = Float32(float("-inf"))
-            kv[e, j] = Float32(0.0)
-    if vec_ok:
-        if full:
-            _load_rows(mState, bases, col, sv, kv, 0, True, D)
-        else:
-            _load_rows(mState, bases, col, sv, kv, 4, True, D)
+    if full:
+        _load_vec_or_elems(mState, mine, col, vec_ok, sv, 2 * D, 0, _ROWS, 0)
     else:
-        if full:
-            _load_rows(mState, bases, col, sv, kv, 0, False, D)
-        else:
-            _load_rows(mState, bases, col, sv, kv, 4, False, D)
+        _load_vec_or_elems(mState, mine, col, vec_ok, sv, 2 * D, 4, _ROWS, 0)
+    total = cute.make_rmem_tensor(4, Float32)
     for i in cutlass.range_constexpr(4):
         m = sv[i, 0]
         for j in cutlass.range_constexpr(1, _ROWS):
             m = cute.arch.fmax(m, sv[i, j])
-        total = Float32(0.0)
+        total[i] = Float32(0.0)
         for j in cutlass.range_constexpr(_ROWS):
             sv[i, j] = exp_f32(sub_rn(sv[i, j], m))
-            total = add_rn(total, sv[i, j])
-        c = Float32(0.0)
+            total[i] = add_rn(total[i], sv[i, j])
+    if full:
+        _load_vec_or_elems(mState, mine, col, vec_ok, kv, 0, 0, 4, 0)
+    else:
+        _load_vec_or_elems(mState, mine, col, vec_ok, kv, 0, 4, _ROWS, 4)
+    _weights(sv, total, 0, ieee)
+    _weights(sv, total, 4, ieee)
+    c = cute.make_rmem_tensor(4, Float32)
+    for i in cutlass.range_constexpr(4):
+        c[i] = Float32(0.0)
+    if full:
+        _accumulate(c, sv, kv, 0)
+        _load_vec_or_elems(mState, mine, col, vec_ok, kv, 0, 4, _ROWS, 4)
+    _accumulate(c, sv, kv, 4)
+    for i in cutlass.range_constexpr(4):
+        out[i] = c[i]
+
+
+@cute.jit
+def _weights(sv: cute.Tensor, total: cute.Tensor, j0: cutlass.Constexpr, ieee: cutlass.Constexpr):
+    """Rows ``j0 .. j0 + 3`` of ``sv`` (exp values) to weights in place: ``div.rn(e, S)`` or
+    ``fl(e * div.rn(1, S))``."""
+    for i in cutlass.range_constexpr(4):
         if cutlass.const_expr(ieee):
-            for j in cutlass.range_constexpr(_ROWS):
-                c = add_rn(c, mul_rn(div_rn(sv[i, j], total), kv[i, j]))
+            for j in cutlass.range_constexpr(j0, j0 + 4):
+                sv[i, j] = div_rn(sv[i, j], total[i])
         else:
-            inv = div_rn(Float32(1.0), total)
-            for j in cutlass.range_constexpr(_ROWS):
-                c = add_rn(c, mul_rn(mul_rn(sv[i, j], inv), kv[i, j]))
-        out[i] = c
+            inv = div_rn(Float32(1.0), total[i])
+            for j in cutlass.range_constexpr(j0, j0 + 4):
+                sv[i, j] = mul_rn(sv[i, j], inv)
 
 
 @cute.jit
@@ -225,22 +275,19 @@ def pool_norm_rope(mState: cute.Tensor, mBT: cute.Tensor, mNW: cute.Tensor, mCS:
         blk = mBT[Int64(req) * bt_stride + Int64(q32 // sbs)]
         half = Int64(j // 4) * Int64(D)                # rows 4..7 read half B
         mine = Int64(blk) * block_stride + Int64(q32 % sbs) * Int64(4 * D) + half
-    bases = cute.make_rmem_tensor(_ROWS, Int64)
-    for r in cutlass.range_constexpr(_ROWS):
-        bases[r] = cute.arch.shuffle_sync(mine, r)
     full = p >= Int64(_ROWS - 1)
     vec_ok = (block_stride & Int64(3)) == Int64(0)
 
     # 2./3. Pooling, chunk by chunk; head 512 re-lays the row out through shared memory.
     y = cute.make_rmem_tensor(ept, Float32)
     if cutlass.const_expr(nchunks == 1):
-        _pool_chunk(mState, bases, Int64(lane * 4), full, vec_ok, y, D, ieee)
+        _pool_chunk(mState, mine, Int64(lane * 4), full, vec_ok, y, D, ieee)
     else:
         cute.arch.sync_warp()                    # the previous token's reads of sRow are done
         for ch in cutlass.range(nchunks, unroll=1):
             cvals = cute.make_rmem_tensor(4, Float32)
             col = ch * _CHUNK + lane * 4
-            _pool_chunk(mState, bases, Int64(col), full, vec_ok, cvals, D, ieee)
+            _pool_chunk(mState, mine, Int64(col), full, vec_ok, cvals, D, ieee)
             dst = cute.make_tensor(sRow.iterator + cute.assume(col, divby=4), cute.make_layout(4))
             cute.autovec_copy(cvals, dst)
         cute.arch.sync_warp()
@@ -322,25 +369,20 @@ def _c4_compress_kernel(
         sRow = sBuf[None, warp]
 
     # The warp's tokens: lane i < G reads token first + i; a ballot marks the live boundary ones.
+    # A live token's fields are read again (L1 hits) rather than kept in lanes 0..3 across the loop.
     t = first + lane
-    p = Int64(0)
-    kv_slot = Int64(-1)
-    req = Int32(0)
     live = cutlass.Boolean(False)
     if lane < TOKENS_PER_WARP and t < n:
         p = mPos[t]
-        kv_slot = mKvSlot[t]
-        slot = mSlot[t]
-        if slot >= Int64(0) and kv_slot >= Int64(0) and (p & Int64(3)) == Int64(3):
+        if mSlot[t] >= Int64(0) and mKvSlot[t] >= Int64(0) and (p & Int64(3)) == Int64(3):
             live = cutlass.Boolean(True)
-            req = mReq[t]
     todo = cute.arch.vote_ballot_sync(live)
     for i in cutlass.range(TOKENS_PER_WARP, unroll=1):
         if ((todo >> i) & Int32(1)) != Int32(0):                  # warp-uniform
-            ti_p = cute.arch.shuffle_sync(p, i)
-            ti_slot = cute.arch.shuffle_sync(kv_slot, i)
-            ti_req = cute.arch.shuffle_sync(req, i)
-            y = pool_norm_rope(mState, mBT, mNW, mCS, sRow, ti_req, ti_p, sbs, block_stride, bt_stride, eps,
+            ti = first + i
+            ti_p = mPos[ti]
+            ti_slot = mKvSlot[ti]
+            y = pool_norm_rope(mState, mBT, mNW, mCS, sRow, mReq[ti], ti_p, sbs, block_stride, bt_stride, eps,
                                D, ieee)
             encode_store(y, mCache, mScale, ti_slot, kv_bs, page_stride, enc, D // 64)
 
@@ -373,7 +415,10 @@ def c4_compress_host(
     per_cta = WARPS * TOKENS_PER_WARP
     _c4_compress_kernel(mState, mReq, mPos, mSlot, mBT, mNW, mCS, mKvSlot, mCache, mScale, sbs, block_stride,
                         bt_stride, eps, kv_bs, page_stride, D, enc, ieee).launch(
-        grid=[(n + per_cta - 1) // per_cta, 1, 1], block=[32 * WARPS, 1, 1], stream=stream)
+        grid=[(n + per_cta - 1) // per_cta, 1, 1], block=[32 * WARPS, 1, 1], stream=stream,
+        # An explicit carveout (-1: the driver's default) keeps the DSL from querying a device for
+        # one when min_blocks_per_mp > 1 (compiles run without a GPU).
+        min_blocks_per_mp=MIN_CTAS_PER_SM, preferred_smem_carveout=-1)
 
 
 def _unit(x: torch.Tensor, n: int) -> torch.Tensor:
