@@ -48,6 +48,8 @@ __all__ = ["IndexerQFp8CuTeDSL", "IndexerQMxfp4CuTeDSL"]
 
 WARPS_PER_CTA = 4
 NUM_HEADS = 64
+HEAD_SHIFT = 6
+assert NUM_HEADS == 1 << HEAD_SHIFT
 
 
 @cute.jit
@@ -65,7 +67,7 @@ def _cos_sin(mPos, mCS, first_row, lane):
     """cos/sin of the lane's two GPT-J pairs at the token of ``first_row`` (rope lanes only)."""
     c0, c1, s0, s1 = Float32(1.0), Float32(1.0), Float32(0.0), Float32(0.0)
     if lane >= 16:
-        p = Int64(mPos[first_row // NUM_HEADS])
+        p = Int64(mPos[first_row >> HEAD_SHIFT])  # first_row >= 0: a shift, not a signed division
         i = (lane - 16) * 2                      # pair index of dims (4l, 4l+1); (4l+2, 4l+3) is i + 1
         c0 = mCS[p, i].to(Float32)
         c1 = mCS[p, i + 1].to(Float32)
@@ -128,16 +130,17 @@ def _prmt(a: Uint32, b: Uint32, sel: int, *, loc=None, ip=None) -> Uint32:
 
 @cute.jit
 def _e2m1_pair(av: Uint32) -> Uint32:
-    """E2M1 magnitudes (bits 0-2 of each 16-bit half) of the two bf16 |v| in ``av`` (|v| <= 6).
+    """E2M1 magnitudes plus 10 in byte 0 and byte 2 of the two bf16 |v| in ``av`` (|v| <= 6).
 
     With ``B = max(binade(|v|), 1)``, ``s = fl(|v| + 64 B)`` (one bf16 RNE: ties to the even
     code) has exponent 133 + L (B = 2^L) and 7-bit mantissa k = round(|v| / (B/2)) <= 4, and the
-    code is k + 2L = (s & 0x7F) + (s >> 6) - 266. The 32-bit ``s >> 6`` drops the high half's k
-    into bits 10-12 of the low half: above the code, no carry past bit 15.
+    code is k + 2L = (s & 0x7F) + (s >> 6) - 266, whose low byte is the code + 10 (the caller
+    takes 10 off all four bytes at once). The 32-bit ``s >> 6`` drops the high half's k into
+    bits 10-12 of the low half: byte 1, which is never read.
     """
     b = _bf16x2_op("max", av & Uint32(0x7F807F80), Uint32(0x3F803F80))     # B, per half
     s = _bf16x2_fma(b, Uint32(0x42804280), av)                                # fl(|v| + 64 B)
-    return (s & Uint32(0x007F007F)) + (s >> Uint32(6)) - Uint32(0x010A010A)
+    return (s & Uint32(0x007F007F)) + (s >> Uint32(6))
 
 
 @cute.kernel
@@ -176,15 +179,18 @@ def _mx_exp(amax: Float32) -> Int32:
 @cute.jit
 def _bf16_words(v: Uint64, cs, lane):
     """The lane's 4 values as two bf16x2 words (dims 4l, 4l+1 | 4l+2, 4l+3, low half first):
-    nope lanes as loaded, rope lanes rotated (no FMA) and rounded by the hardware RNE cvt."""
+    nope lanes as loaded, rope lanes rotated (no FMA) and rounded by the hardware RNE cvt.
+
+    Every lane computes the rotation and a select keeps it on the rope lanes: a warp issues
+    the rope arithmetic once either way, and a select is cheaper than a divergent branch."""
     w0 = Uint32(v & Uint64(0xFFFFFFFF))
     w1 = Uint32(v >> Uint64(32))
-    if lane >= 16:
-        x0, x1, x2, x3 = _unpack4(v)
-        c0, c1, s0, s1 = cs
-        w0 = _bf16x2_rn(add_rn(mul_rn(x1, c0), mul_rn(x0, s0)), sub_rn(mul_rn(x0, c0), mul_rn(x1, s0)))
-        w1 = _bf16x2_rn(add_rn(mul_rn(x3, c1), mul_rn(x2, s1)), sub_rn(mul_rn(x2, c1), mul_rn(x3, s1)))
-    return w0, w1
+    x0, x1, x2, x3 = _unpack4(v)
+    c0, c1, s0, s1 = cs
+    r0 = _bf16x2_rn(add_rn(mul_rn(x1, c0), mul_rn(x0, s0)), sub_rn(mul_rn(x0, c0), mul_rn(x1, s0)))
+    r1 = _bf16x2_rn(add_rn(mul_rn(x3, c1), mul_rn(x2, s1)), sub_rn(mul_rn(x2, c1), mul_rn(x3, s1)))
+    rope = lane >= 16
+    return select(rope, r0, w0, Uint32), select(rope, r1, w1, Uint32)
 
 
 @cute.kernel
@@ -218,9 +224,10 @@ def _mxfp4_kernel(mPos, mQ, mCS, mW, mQout, mScale, mWout, num_rows: Int32, ss: 
             inv2 = Uint32(0x7F007F00) - b * Uint32(0x00800080)   # 2^-e in both bf16 halves
             c0 = _e2m1_pair(_bf16x2_op("mul.rn", a0, inv2))
             c1 = _e2m1_pair(_bf16x2_op("mul.rn", a1, inv2))
-            # bytes [code 4l, 4l+2, 4l+1, 4l+3] with each sign (replicated from w's bytes) in bit 3
-            x = _prmt(c0, c1, 0x6240) | (_prmt(w0, w1, 0xFBD9) & Uint32(0x08080808))
-            packed = x | (x >> Uint32(12))                  # nibbles 4l | 4l+1 | 4l+2 | 4l+3
+            # bytes [code 4l, 4l+2, 4l+1, 4l+3] (each code + 10 >= 10: no borrow between bytes)
+            # with each sign (replicated from w's bytes) in bit 3, clear in every code
+            x = (_prmt(c0, c1, 0x6240) - Uint32(0x0A0A0A0A)) | (_prmt(w0, w1, 0xFBD9) & Uint32(0x08080808))
+            packed = x + (x >> Uint32(12))                  # nibbles 4l | 4l+1 | 4l+2 | 4l+3 (disjoint)
             mQout[row, lane] = cutlass.Uint16(packed & Uint32(0xFFFF)).bitcast(Int16)
             if c == 0:
                 byte = b
