@@ -8,13 +8,13 @@ computes. Lanes 16..31 hold the rope half; each holds two complete GPT-J pairs, 
 no shuffles. The 128-dim amax (FP8) is one warp reduction; the four 32-dim MXFP4 blocks are
 8-lane groups. A CTA has 4 warps.
 
-Every product/sum is an ``.rn`` instruction (no FMA contraction). FP8 (K1): bf16 rounding as
-in the Triton kernels (:mod:`dsv4kit.kernels.cute_numerics`), e4m3 by the hardware RNE
-conversion. MXFP4 (K2): rope values rounded to bf16 by the hardware RNE ``cvt.rn.bf16x2.f32``
-(spec §2.1 rule 3), then a lane's 4 values stay two packed bf16x2 words through the amax, the
-scaling and the E2M1 rounding (two elements per instruction; see ``_e2m1_pair``). K2 stores
-per thread once, not per row: lane ``8b + c`` (``c < coarsen``) writes the scale byte of block
-``b`` of row ``c``, lane ``c`` the weight of row ``c``.
+Every product/sum is an ``.rn`` instruction (no FMA contraction). Rope values are rounded to
+bf16 by the hardware RNE ``cvt.rn.bf16x2.f32`` (spec §2.1 rule 3), e4m3 (K1) by the hardware
+RNE conversion. MXFP4 (K2): a lane's 4 values stay two packed bf16x2 words through the amax,
+the scaling and the E2M1 rounding (two elements per instruction; see ``_e2m1_pair``). The
+per-row scalars are stored once per thread, not once per row: lane ``c`` (``c < coarsen``)
+writes the weight of row ``c``, and in K2 lane ``8b + c`` the scale byte of block ``b`` of row
+``c``.
 """
 
 from __future__ import annotations
@@ -32,13 +32,11 @@ from cutlass.cutlass_dsl import T, dsl_user_op
 from dsv4kit.backends.cutedsl import CuTeDSLJitKernel, fake_stream, fake_tensor, sym
 from dsv4kit.errors import input_error
 from dsv4kit.kernels.cute_numerics import (
-    abs_f32,
     add_rn,
     clog2,
     e4m3x4,
     mul_rn,
     pow2,
-    round_bf16,
     select,
     sub_rn,
 )
@@ -77,22 +75,20 @@ def _cos_sin(mPos, mCS, first_row, lane):
 
 
 @cute.jit
-def _rotate(v: Uint64, cs, lane):
-    """The lane's 4 values: nope lanes as loaded, rope lanes rotated (no FMA) and bf16-rounded."""
-    x0, x1, x2, x3 = _unpack4(v)
-    y0, y1, y2, y3 = x0, x1, x2, x3
-    if lane >= 16:
-        c0, c1, s0, s1 = cs
-        y0 = round_bf16(sub_rn(mul_rn(x0, c0), mul_rn(x1, s0)))
-        y1 = round_bf16(add_rn(mul_rn(x1, c0), mul_rn(x0, s0)))
-        y2 = round_bf16(sub_rn(mul_rn(x2, c1), mul_rn(x3, s1)))
-        y3 = round_bf16(add_rn(mul_rn(x3, c1), mul_rn(x2, s1)))
-    return y0, y1, y2, y3
+def _unpack2(w: Uint32):
+    """The two bf16 of a bf16x2 word (low half first) as exact fp32 values."""
+    return (w << Uint32(16)).bitcast(Float32), (w & Uint32(0xFFFF0000)).bitcast(Float32)
+
+
+@dsl_user_op
+def _fabs(x: Float32, *, loc=None, ip=None) -> Float32:
+    """|x| as ``abs.f32``, which ptxas folds into the consuming FMNMX's operand (a bit-and is a LOP3)."""
+    return Float32(_asm(T.f32(), [Float32(x)], "abs.f32 $0, $1;", "=f,f", loc, ip))
 
 
 @cute.jit
 def _amax4(y0, y1, y2, y3):
-    return cute.arch.fmax(cute.arch.fmax(abs_f32(y0), abs_f32(y1)), cute.arch.fmax(abs_f32(y2), abs_f32(y3)))
+    return cute.arch.fmax(cute.arch.fmax(_fabs(y0), _fabs(y1)), cute.arch.fmax(_fabs(y2), _fabs(y3)))
 
 
 def _asm(ret, args, body: str, cons: str, loc=None, ip=None):
@@ -154,18 +150,25 @@ def _fp8_kernel(mPos, mQ, mCS, mW, mQout, mWout, num_rows: Int32, ss: Float32, h
     if first < num_rows:
         words = [mQ[first + c, lane] for c in range(coarsen)]   # all loads in flight first
         cs = _cos_sin(mPos, mCS, first, lane)
+        e_mine = Int32(0)                                 # lane c (< coarsen): row c's exponent
         for c in cutlass.range_constexpr(coarsen):
             row = first + c
-            y0, y1, y2, y3 = _rotate(words[c], cs, lane)
+            w0, w1 = _bf16_words(words[c], cs, lane)      # rope dims rounded by the RNE cvt
+            y0, y1 = _unpack2(w0)
+            y2, y3 = _unpack2(w1)
             amax = cute.arch.warp_reduction_max(_amax4(y0, y1, y2, y3))
             # D1: floor before dividing; multiply by fl(1/448) (§2.1: same clog2 as / 448).
             e = clog2(mul_rn(cute.arch.fmax(amax, Float32(1e-4)), Float32(1.0 / 448.0)))
             inv = pow2(-e)
             packed = e4m3x4(mul_rn(y0, inv), mul_rn(y1, inv), mul_rn(y2, inv), mul_rn(y3, inv))
             mQout[row, lane] = packed.bitcast(Int32)
-            if lane == 0:
-                w = mW[row].to(Float32)
-                mWout[row] = mul_rn(mul_rn(mul_rn(w, pow2(e)), ss), hs)
+            if c == 0:
+                e_mine = e
+            else:
+                e_mine = select(lane == c, e, e_mine, Int32)
+        if lane < coarsen:                                # one weight store per thread, not per row
+            w = mW[first + lane].to(Float32)
+            mWout[first + lane] = mul_rn(mul_rn(mul_rn(w, pow2(e_mine)), ss), hs)
 
 
 @cute.jit
