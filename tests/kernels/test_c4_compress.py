@@ -356,15 +356,20 @@ def test_state_block_sizes_not_a_multiple_of_4(op: str, sbs: int) -> None:
     assert verdict.written >= 2
 
 
-@pytest.mark.parametrize(("share_from", "tpp"), [(1, 3), (1, 4), (20, 8)])
-def test_tokens_per_program(monkeypatch, share_from: int, tpp: int) -> None:
-    """Prefill programs handle several tokens: any count, a last program with fewer tokens, and the
-    threshold below which every token gets its own program, all write what the reference writes."""
+@pytest.mark.parametrize(("share_from", "chunk", "programs"),
+                         [(1, 3, 1 << 20), (1, 8, 2), (1, 5, 3), (40, 8, 2)])
+def test_chunks_and_programs(monkeypatch, share_from: int, chunk: int, programs: int) -> None:
+    """Prefill programs loop over chunks of several tokens: any chunk size, a last chunk with fewer
+    tokens, a grid smaller than the chunks (each program several chunks), and the threshold below
+    which every token is its own program, all write what the reference writes."""
     from dsv4kit.kernels.c4_compress import triton as c4_triton
 
     monkeypatch.setattr(c4_triton, "SHARE_FROM_TOKENS", share_from)
-    monkeypatch.setattr(c4_triton, "TOKENS_PER_PROGRAM", tpp)
+    monkeypatch.setattr(c4_triton, "TOKENS_PER_CHUNK", chunk)
+    monkeypatch.setattr(c4_triton, "MAX_PROGRAMS", programs)
     for op, fmt in FORMATS[::2]:
-        case = make_case(op, lens=(14, 9, 6), starts=(0, 3, 1001), seed=tpp, **fmt)
-        assert c4_triton.tokens_per_program(29) == (tpp if 29 >= share_from else 1)
+        case = make_case(op, lens=(14, 9, 6), starts=(0, 3, 1001), seed=chunk, **fmt)
+        t = case.args["positions"].shape[0]
+        want = (chunk, min(-(-t // chunk), programs)) if t >= share_from else (1, min(t, programs))
+        assert c4_triton.launch_shape(t) == want
         run(case).assert_ok()

@@ -1,9 +1,11 @@
 """Triton backend of the C4 compressors K5, K6, K9: one pooling core, the encoders' routine.
 
-Mapping: grid ``(cdiv(T, tpp),)`` with ``tpp`` = :func:`tokens_per_program` (1 for decode-sized
-batches, 4 from :data:`SHARE_FROM_TOKENS` tokens: only one token in four is a boundary);
-``D / 128`` warps, each thread holding 4 consecutive columns (16-byte loads). A program loads the
-position, slots and request of its ``tpp`` tokens in one round trip, then, for each live boundary
+Mapping: tokens go in chunks of ``chunk`` consecutive tokens (:func:`launch_shape`: 1 for
+decode-sized batches; from :data:`SHARE_FROM_TOKENS` tokens 8, of which about 2 are boundaries) and
+the grid has ``min(chunks, MAX_PROGRAMS)`` programs, program i taking chunks i, i + grid, ...
+``D / 128`` warps; each thread holds 4 consecutive columns (16-byte loads). Per chunk, a program
+loads the position, slots and request of its tokens in one round trip, and the block-table entries
+of the two row groups of every boundary window in a second; then, for each live boundary
 token among them (slot >= 0, kv slot >= 0, ``(p + 1) % 4 == 0``), pools its window: the eight
 state rows (positions ``p - 7 .. p``; rows 0..3 read half A, rows 4..7 half B; rows 0..3 are
 absent for the first boundary p = 3) are eight separate ``[D]`` vectors, so the per-column
@@ -54,8 +56,8 @@ __all__ = [
 ]
 
 
-MAX_TOKENS_PER_PROGRAM = 8
-_MAX_TPP = tl.constexpr(MAX_TOKENS_PER_PROGRAM)
+MAX_TOKENS_PER_CHUNK = 8
+_MAX_CHUNK = tl.constexpr(MAX_TOKENS_PER_CHUNK)
 
 
 @triton.jit
@@ -84,30 +86,27 @@ def _window_row(state_ptr, base, live, HALF: tl.constexpr, MASKED: tl.constexpr,
 
 
 @triton.jit
-def pool_window(state_ptr, bt_ptr, req, p, sbs, block_stride, bt_stride, ALIGNED: tl.constexpr,
+def pool_window(state_ptr, bt_ptr, req, p, sbs, block_stride, bt_stride, a0, b0, ALIGNED: tl.constexpr,
                 D: tl.constexpr):
-    """The pooled fp32 row c ``[D]`` of the C4 boundary token at position ``p`` of request ``req``.
+    """The pooled fp32 row c ``[D]`` of the C4 boundary token at position ``p`` of request ``req``;
+    ``a0``, ``b0``: the offsets of its rows 0 and 4 (positions p - 7, p - 3), looked up by the caller.
 
     The eight window rows are separate ``[D]`` vectors, so each thread pools its own columns over
     the rows in registers, with no cross-thread reduction. Rows 4..7 (positions p-3..p, half B)
     always exist; rows 0..3 (p-7..p-4, half A) exist iff p >= 7 (the first boundary, p = 3, pools
     rows 4..7 only). Each group of four starts at a multiple of 4, so with ``sbs % 4 == 0`` (4 in
-    production) it lies in one state block: one block-table read and one division per group.
+    production) it lies in one state block: its rows follow row 0 (4), no further lookup.
     """
     bt_row = bt_ptr + req * bt_stride
     prev = p >= 7
     R: tl.constexpr = 4 * D   # elements per state row
     if sbs % 4 == 0:
-        a0 = _row_base(bt_row, p - 7, prev, sbs, block_stride, D)
-        b0 = _row_base(bt_row, p - 3, True, sbs, block_stride, D)
         a1, a2, a3 = a0 + R, a0 + 2 * R, a0 + 3 * R
         b1, b2, b3 = b0 + R, b0 + 2 * R, b0 + 3 * R
     else:
-        a0 = _row_base(bt_row, p - 7, prev, sbs, block_stride, D)
         a1 = _row_base(bt_row, p - 6, prev, sbs, block_stride, D)
         a2 = _row_base(bt_row, p - 5, prev, sbs, block_stride, D)
         a3 = _row_base(bt_row, p - 4, prev, sbs, block_stride, D)
-        b0 = _row_base(bt_row, p - 3, True, sbs, block_stride, D)
         b1 = _row_base(bt_row, p - 2, True, sbs, block_stride, D)
         b2 = _row_base(bt_row, p - 1, True, sbs, block_stride, D)
         b3 = _row_base(bt_row, p, True, sbs, block_stride, D)
@@ -163,8 +162,47 @@ def norm_rope_apply(c, w, cos, sin, eps, D: tl.constexpr):
     return tl.reshape(tl.join(y_e, y_o), (NB, 64))
 
 
+@triton.jit
+def _compress_chunks(state_ptr, req_ptr, pos_ptr, slot_ptr, bt_ptr, nw_ptr, cs_ptr, kv_slot_ptr, cache_ptr,
+                     scale_ptr, sbs, block_stride, bt_stride, eps, kv_bs, page_stride, T, chunk,
+                     ALIGNED: tl.constexpr, D: tl.constexpr, ENC: tl.constexpr):
+    """Every chunk of ``chunk`` tokens with index = program id (mod the grid): see the module docstring."""
+    lane = tl.arange(0, _MAX_CHUNK)
+    n_chunks = (T + chunk - 1) // chunk
+    c = tl.program_id(0).to(tl.int64)
+    while c < n_chunks:
+        # The chunk's per-token words in one round trip, then the block-table entries of its boundary
+        # tokens' two row groups (rows 0 and 4 of each window) in a second one.
+        tok = c * chunk + lane
+        inb = (lane < chunk) & (tok < T)
+        pv = tl.load(pos_ptr + tok, mask=inb, other=0)
+        kvv = tl.load(kv_slot_ptr + tok, mask=inb, other=-1)
+        live = (tl.load(slot_ptr + tok, mask=inb, other=-1) >= 0) & (kvv >= 0) & ((pv + 1) % 4 == 0)
+        rv = tl.load(req_ptr + tok, mask=live, other=0).to(tl.int64)
+        prev = live & (pv >= 7)
+        qa = tl.where(prev, pv - 7, 0)
+        qb = tl.where(live, pv - 3, 0)
+        row = bt_ptr + rv * bt_stride
+        ga = tl.load(row + qa // sbs, mask=prev, other=0).to(tl.int64) * block_stride + (qa % sbs) * (4 * D)
+        gb = tl.load(row + qb // sbs, mask=live, other=0).to(tl.int64) * block_stride + (qb % sbs) * (4 * D)
+        live_bits = tl.sum(tl.where(live, 1 << lane, 0), axis=0)
+        for i in range(_MAX_CHUNK):
+            if ((live_bits >> i) & 1) != 0:
+                pick = lane == i
+                p = tl.sum(tl.where(pick, pv, 0), axis=0)
+                w, cos, sin = norm_rope_operands(nw_ptr, cs_ptr, (p // 4) * 4, D)
+                req = tl.sum(tl.where(pick, rv, 0), axis=0)
+                a0 = tl.sum(tl.where(pick, ga, 0), axis=0)
+                b0 = tl.sum(tl.where(pick, gb, 0), axis=0)
+                cr = pool_window(state_ptr, bt_ptr, req, p, sbs, block_stride, bt_stride, a0, b0, ALIGNED, D)
+                y = norm_rope_apply(cr, w, cos, sin, eps, D)
+                encode_store(y, cache_ptr, scale_ptr, tl.sum(tl.where(pick, kvv, 0), axis=0), kv_bs,
+                             page_stride, ENC, D // 64)
+        c += tl.num_programs(0)
+
+
 @triton.jit(
-    do_not_specialize=["sbs", "block_stride", "bt_stride", "kv_bs", "page_stride", "T", "tpp"],
+    do_not_specialize=["sbs", "block_stride", "bt_stride", "kv_bs", "page_stride", "T", "chunk"],
     do_not_specialize_on_alignment=[
         "req_ptr",
         "pos_ptr",
@@ -194,53 +232,42 @@ def c4_compress_kernel(
     kv_bs: tl.int32,
     page_stride: tl.int64,
     T: tl.int64,  # tokens
-    tpp: tl.int32,  # tokens per program (tokens_per_program)
+    chunk: tl.int32,  # tokens per chunk (launch_shape), <= MAX_TOKENS_PER_CHUNK
     D: tl.constexpr,
     ENC: tl.constexpr,
 ):
-    # Program i handles tokens [i * tpp, (i + 1) * tpp): a boundary is one token in four, so with
-    # tpp > 1 fewer programs only read their per-token words and exit. The words of all its tokens
-    # come in one round trip; the loop then runs the boundary tokens among them. (It runs to the
-    # constant MAX_TOKENS_PER_PROGRAM, not to tpp: the interpreter cannot range over a runtime value.)
-    lane = tl.arange(0, _MAX_TPP)
-    t0 = tl.program_id(0).to(tl.int64) * tpp
-    tok = t0 + lane
-    inb = (lane < tpp) & (tok < T)
-    pv = tl.load(pos_ptr + tok, mask=inb, other=0)
-    kvv = tl.load(kv_slot_ptr + tok, mask=inb, other=-1)
-    live = (tl.load(slot_ptr + tok, mask=inb, other=-1) >= 0) & (kvv >= 0) & ((pv + 1) % 4 == 0)
-    rv = tl.load(req_ptr + tok, mask=live, other=0)
-    live_bits = tl.sum(tl.where(live, 1 << lane, 0), axis=0)
-    for i in range(_MAX_TPP):
-        if ((live_bits >> i) & 1) != 0:
-            p = tl.sum(tl.where(lane == i, pv, 0), axis=0)
-            req = tl.sum(tl.where(lane == i, rv, 0), axis=0).to(tl.int64)
-            kv_slot = tl.sum(tl.where(lane == i, kvv, 0), axis=0)
-            w, cos, sin = norm_rope_operands(nw_ptr, cs_ptr, (p // 4) * 4, D)
-            if block_stride % 4 == 0:
-                # The usual state cache: written so, every row offset is provably 16-byte aligned
-                # (a fact checked here, not an assumption) and the row loads are 16-byte vectors.
-                c = pool_window(state_ptr, bt_ptr, req, p, sbs, (block_stride // 4) * 4, bt_stride, True, D)
-            else:
-                c = pool_window(state_ptr, bt_ptr, req, p, sbs, block_stride, bt_stride, False, D)
-            y = norm_rope_apply(c, w, cos, sin, eps, D)
-            encode_store(y, cache_ptr, scale_ptr, kv_slot, kv_bs, page_stride, ENC, D // 64)
+    if block_stride % 4 == 0:
+        # The usual state cache: written so, every row offset is provably 16-byte aligned (a fact
+        # checked here, not an assumption) and the row loads are 16-byte vectors.
+        _compress_chunks(state_ptr, req_ptr, pos_ptr, slot_ptr, bt_ptr, nw_ptr, cs_ptr, kv_slot_ptr,
+                         cache_ptr, scale_ptr, sbs, (block_stride // 4) * 4, bt_stride, eps, kv_bs,
+                         page_stride, T, chunk, True, D, ENC)
+    else:
+        _compress_chunks(state_ptr, req_ptr, pos_ptr, slot_ptr, bt_ptr, nw_ptr, cs_ptr, kv_slot_ptr,
+                         cache_ptr, scale_ptr, sbs, block_stride, bt_stride, eps, kv_bs, page_stride, T,
+                         chunk, False, D, ENC)
 
 
-# Below this many tokens every token gets its own program (decode: the latency of one window);
-# above, TOKENS_PER_PROGRAM tokens share one (prefill: 3 of 4 programs would exit at once).
+# Below SHARE_FROM_TOKENS tokens every token is its own chunk and program (decode: the latency of
+# one window). From there, chunks of TOKENS_PER_CHUNK tokens (one in four is a boundary) and at most
+# MAX_PROGRAMS programs, each looping over chunks: the grid the H200 measured fastest
+# (benchmarks/c4_tuning.py; more tokens per program cut the programs that only read and exit).
 SHARE_FROM_TOKENS = 4096
-TOKENS_PER_PROGRAM = 4
+TOKENS_PER_CHUNK = 8
+MAX_PROGRAMS = 2048
+#: ptxas register cap (``maxnreg``; None: ptxas chooses): more programs per SM against spills.
+MAX_REGISTERS: int | None = None
 
 
-def tokens_per_program(t: int) -> int:
-    """Tokens one program handles at ``t`` tokens (the grid is ``cdiv(t, tokens_per_program(t))``)."""
-    assert 1 <= TOKENS_PER_PROGRAM <= MAX_TOKENS_PER_PROGRAM
-    return TOKENS_PER_PROGRAM if t >= SHARE_FROM_TOKENS else 1
+def launch_shape(t: int) -> tuple[int, int]:
+    """``(tokens per chunk, programs)`` for ``t`` tokens."""
+    chunk = TOKENS_PER_CHUNK if t >= SHARE_FROM_TOKENS else 1
+    assert 1 <= chunk <= MAX_TOKENS_PER_CHUNK
+    return chunk, max(1, min(triton.cdiv(t, chunk), MAX_PROGRAMS))
 
 
 class _C4CompressTriton:
-    """The launch K5, K6 and K9 share (a mixin): ``tpp`` tokens per program, the key's head and encoder."""
+    """The launch K5, K6 and K9 share (a mixin): chunks of tokens per program, the key's head and encoder."""
 
     kernel_fn = c4_compress_kernel
     params = {
@@ -261,17 +288,20 @@ class _C4CompressTriton:
         "kv_bs": Runtime(),
         "page_stride": Runtime(),
         "T": Runtime(),
-        "tpp": Runtime(),
+        "chunk": Runtime(),
         "D": FromKey("head_size"),
         "ENC": FromKey(key_encoder),
     }
 
     def launch_options(self, key: Any) -> dict[str, Any]:
         # One warp per 128 columns: each thread holds 4 consecutive columns of a row (16-byte loads).
-        return {"num_warps": key.head_size // 128}
+        opts: dict[str, Any] = {"num_warps": key.head_size // 128}
+        if MAX_REGISTERS is not None:
+            opts["maxnreg"] = MAX_REGISTERS
+        return opts
 
     def grid(self, key: Any, args: Mapping[str, Any]) -> tuple[int, ...]:
-        return (triton.cdiv(args["T"], args["tpp"]),)
+        return (launch_shape(args["T"])[1],)
 
     def launch_args(
         self,
@@ -305,7 +335,7 @@ class _C4CompressTriton:
             st.kv_bs,
             st.page_stride,
             t,
-            tokens_per_program(t),
+            launch_shape(t)[0],
         )
 
 
