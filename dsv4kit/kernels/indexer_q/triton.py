@@ -31,11 +31,35 @@ __all__ = ["IndexerQFp8Triton", "IndexerQMxfp4Triton"]
 
 
 @triton.jit
+def _cos_sin(pos_ptr, cs_ptr, first, r, ok, NUM_HEADS: tl.constexpr, ROWS: tl.constexpr):
+    """cos, sin ([1, 32] or, under the interpreter, [R, 32]) fp32 of rows ``first + r``."""
+    i = tl.arange(0, 32)[None, :]
+    if ROWS <= NUM_HEADS:
+        # One token per program: one position, one cos/sin row, broadcast over the heads.
+        p = tl.load(pos_ptr + first // NUM_HEADS)
+        c = tl.load(cs_ptr + p * 64 + i).to(tl.float32)
+        s = tl.load(cs_ptr + p * 64 + 32 + i).to(tl.float32)
+    else:
+        m = ok[:, None]
+        p = tl.load(pos_ptr + (first + r) // NUM_HEADS, mask=ok, other=0)[:, None]
+        c = tl.load(cs_ptr + p * 64 + i, mask=m, other=0.0).to(tl.float32)
+        s = tl.load(cs_ptr + p * 64 + 32 + i, mask=m, other=0.0).to(tl.float32)
+    return c, s
+
+
+@triton.jit
+def _rope_bf16(x_e, x_o, c, s):
+    """GPT-J rotation of the (even, odd) pairs, each product and sum rounded separately (launched
+    with enable_fp_fusion=False), then rounded to bf16 values (§K1: bf16 before the amax)."""
+    return round_bf16(x_e * c - x_o * s), round_bf16(x_o * c + x_e * s)
+
+
+@triton.jit
 def _load_rotated(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS: tl.constexpr, ROWS: tl.constexpr):
     """Load rows ``first + r`` (masked by ``ok``); return (nope [R,64], even [R,32], odd [R,32]) fp32.
 
     ``first`` is the program's first row (an int32 scalar), ``r`` = arange(ROWS). The rope lanes
-    are RoPE'd and rounded to bf16 values (§K1: bf16 before the amax).
+    are RoPE'd and rounded to bf16 values.
     """
     # The row base is a 64-bit scalar (rows * 128 passes 2^31 from T = 2^18); per-element
     # offsets within the program are int32.
@@ -44,20 +68,29 @@ def _load_rotated(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS: tl.constexpr,
     nope = tl.load(q_row + tl.arange(0, 64)[None, :], mask=m, other=0.0).to(tl.float32)
     rope = tl.load(q_row + 64 + tl.arange(0, 64)[None, :], mask=m, other=0.0).to(tl.float32)
     x_e, x_o = tl.split(tl.reshape(rope, (ROWS, 32, 2)))
-    i = tl.arange(0, 32)[None, :]
-    if ROWS <= NUM_HEADS:
-        # One token per program: one position, one cos/sin row, broadcast over the heads.
-        p = tl.load(pos_ptr + first // NUM_HEADS)
-        c = tl.load(cs_ptr + p * 64 + i).to(tl.float32)
-        s = tl.load(cs_ptr + p * 64 + 32 + i).to(tl.float32)
-    else:
-        p = tl.load(pos_ptr + (first + r) // NUM_HEADS, mask=ok, other=0)[:, None]
-        c = tl.load(cs_ptr + p * 64 + i, mask=m, other=0.0).to(tl.float32)
-        s = tl.load(cs_ptr + p * 64 + 32 + i, mask=m, other=0.0).to(tl.float32)
-    # Each product and sum rounded separately (launched with enable_fp_fusion=False).
-    y_e = round_bf16(x_e * c - x_o * s)
-    y_o = round_bf16(x_o * c + x_e * s)
+    c, s = _cos_sin(pos_ptr, cs_ptr, first, r, ok, NUM_HEADS, ROWS)
+    y_e, y_o = _rope_bf16(x_e, x_o, c, s)
     return nope, y_e, y_o
+
+
+@triton.jit
+def _bf16_pairs(w):
+    """The two bf16 of int32 words ``w`` (low half = even dim) as exact fp32 (even, odd)."""
+    return (w << 16).to(tl.float32, bitcast=True), (w & -65536).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _load_pairs(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS: tl.constexpr, ROWS: tl.constexpr):
+    """Rows ``first + r`` as (even, odd) dim pairs [R, 32] fp32 each: nope (dims 0..63) as loaded,
+    rope (dims 64..127) rotated and rounded to bf16 values. Read as int32 words of two bf16, so
+    the pairs split with two bit operations and no register shuffles."""
+    q_row = q_ptr.to(tl.pointer_type(tl.int32)) + first.to(tl.int64) * 64 + r[:, None] * 64
+    m = ok[:, None]
+    n_e, n_o = _bf16_pairs(tl.load(q_row + tl.arange(0, 32)[None, :], mask=m, other=0))
+    x_e, x_o = _bf16_pairs(tl.load(q_row + 32 + tl.arange(0, 32)[None, :], mask=m, other=0))
+    c, s = _cos_sin(pos_ptr, cs_ptr, first, r, ok, NUM_HEADS, ROWS)
+    y_e, y_o = _rope_bf16(x_e, x_o, c, s)
+    return n_e, n_o, y_e, y_o
 
 
 @triton.jit
@@ -116,18 +149,20 @@ def _mx_block_exp(absmax):
 def _e2m1_mag_sign(v):
     """E2M1 code of ``v`` (|v| <= 6, any fp32), RNE ties to even code (§2.4): int32, sign in bit 3.
 
-    ``fl(|v| + 2^(22+j)) - 2^(22+j)`` rounds |v| to the grid of step ``2^(j-1)`` (the fp32 add is
-    RNE), so ``k_j = bits(|v| + 2^(22+j)) - bits(2^(22+j)) + 2j`` is the code E2M1's binade j
-    would give (j = 0: 0..1.5, 1: 2..3, 2: 4..6). The right binade's k is the smallest of the
-    three (a coarser or finer grid never undercuts it; checked on every bf16 |v| <= 6 and fp32
-    subnormals): 3 adds and 3 integer add/min steps instead of a per-element binade.
+    E2M1's binade j (j = 0: 0..1.5, 1: 2..3, 2: 4..6) has step 2^(j-1): ``fl(|v| 2^-j + 2^22 + j)``
+    rounds |v| 2^-j to a multiple of 0.5 (the fp32 add is RNE; 2^22 + j sits on an even
+    multiple, so ties go to the even code), and its bits minus bits(2^22) are that binade's
+    code k_j + 2j. The right binade's code is the smallest of the three (a coarser or finer
+    grid never undercuts it; checked on every bf16 |v| <= 6, fp32 subnormals and random fp32),
+    and the three sums share one binade, so one 3-way integer min compares them: 3 multiplies
+    (exact: powers of two), 3 adds and 2 integer steps instead of a per-element binade.
     """
     a = tl.abs(v)
-    k0 = (a + 4194304.0).to(tl.int32, bitcast=True) - 0x4A800000
-    k1 = (a + 8388608.0).to(tl.int32, bitcast=True) - (0x4B000000 - 2)
-    k2 = (a + 16777216.0).to(tl.int32, bitcast=True) - (0x4B800000 - 4)
+    k0 = (a + 4194304.0).to(tl.int32, bitcast=True)
+    k1 = (a * 0.5 + 4194305.0).to(tl.int32, bitcast=True)
+    k2 = (a * 0.25 + 4194306.0).to(tl.int32, bitcast=True)
     sign = (v.to(tl.int32, bitcast=True) >> 31) & 8          # -0 and tiny negatives: 8
-    return tl.minimum(tl.minimum(k0, k1), k2) | sign
+    return (tl.minimum(tl.minimum(k0, k1), k2) - 0x4A800000) | sign
 
 
 @triton.jit
@@ -159,8 +194,7 @@ def indexer_q_mxfp4_kernel(
     row is dims (2k, 2k+1), so the pairs are exactly the output bytes' nibbles.
     """
     first, r, ok = _program_rows(num_rows, ROWS)
-    nope, y_e, y_o = _load_rotated(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS, ROWS)
-    n_e, n_o = tl.split(tl.reshape(nope, (ROWS, 32, 2)))
+    n_e, n_o, y_e, y_o = _load_pairs(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS, ROWS)
 
     e_nope = _mx_block_exp(_pair_block_amax(n_e, n_o, ROWS))   # blocks 0, 1
     e_rope = _mx_block_exp(_pair_block_amax(y_e, y_o, ROWS))   # blocks 2, 3
