@@ -213,29 +213,35 @@ def _mxfp4_kernel(mPos, mQ, mCS, mW, mQout, mScale, mWout, num_rows: Int32, ss: 
         cs = _cos_sin(mPos, mCS, first, lane)
         sel = lane % 8                           # the row whose scale byte this lane stores
         byte = Uint32(0)
-        for c in cutlass.range_constexpr(coarsen):
-            row = first + c
-            w0, w1 = _bf16_words(words[c], cs, lane)
-            a0 = w0 & Uint32(0x7FFF7FFF)
-            a1 = w1 & Uint32(0x7FFF7FFF)
-            m = _bf16x2_op("max", a0, a1)
+        # Rows go in pairs (c, c + 1) where coarsen allows: the two rows' 16-bit block maxima
+        # share one 32-bit word through the 8-lane reduction (3 shuffles for two rows).
+        for c0 in cutlass.range_constexpr(0, coarsen, 2):
+            pair = c0 + 1 < coarsen
+            ws = [_bf16_words(words[c], cs, lane) for c in range(c0, c0 + (2 if pair else 1))]
+            mags = [(w0 & Uint32(0x7FFF7FFF), w1 & Uint32(0x7FFF7FFF)) for w0, w1 in ws]
+            ms = [_bf16x2_op("max", a0, a1) for a0, a1 in mags]
+            m = ms[0]
+            if cutlass.const_expr(pair):  # low half: row c0 (its two halves' max), high: row c0 + 1
+                m = _bf16x2_op("max", _prmt(ms[0], ms[1], 0x5410), _prmt(ms[0], ms[1], 0x7632))
             for k in cutlass.range_constexpr(3):            # the 8-lane group
                 m = _bf16x2_op("max", m, cute.arch.shuffle_sync_bfly(m, offset=4 >> k))
-            amax = cute.arch.fmax((m << Uint32(16)).bitcast(Float32),
-                                  (m & Uint32(0xFFFF0000)).bitcast(Float32))
-            b = Uint32(_mx_exp(amax) + Int32(127))          # ue8m0 byte, 1..254
-            inv2 = Uint32(0x7F007F00) - b * Uint32(0x00800080)   # 2^-e in both bf16 halves
-            c0 = _e2m1_pair(_bf16x2_op("mul.rn", a0, inv2))
-            c1 = _e2m1_pair(_bf16x2_op("mul.rn", a1, inv2))
-            # bytes [code 4l, 4l+2, 4l+1, 4l+3] (each code + 10 >= 10: no borrow between bytes)
-            # with each sign (replicated from w's bytes) in bit 3, clear in every code
-            x = (_prmt(c0, c1, 0x6240) - Uint32(0x0A0A0A0A)) | (_prmt(w0, w1, 0xFBD9) & Uint32(0x08080808))
-            packed = x + (x >> Uint32(12))                  # nibbles 4l | 4l+1 | 4l+2 | 4l+3 (disjoint)
-            mQout[row, lane] = cutlass.Uint16(packed & Uint32(0xFFFF)).bitcast(Int16)
-            if c == 0:
-                byte = b
-            else:
-                byte = select(sel == c, b, byte, Uint32)
+            lo_f, hi_f = (m << Uint32(16)).bitcast(Float32), (m & Uint32(0xFFFF0000)).bitcast(Float32)
+            amaxes = [lo_f, hi_f] if pair else [cute.arch.fmax(lo_f, hi_f)]
+            for j in cutlass.range_constexpr(len(ws)):
+                c = c0 + j
+                w0, w1 = ws[j]
+                a0, a1 = mags[j]
+                b = Uint32(_mx_exp(amaxes[j]) + Int32(127))          # ue8m0 byte, 1..254
+                inv2 = Uint32(0x7F007F00) - b * Uint32(0x00800080)   # 2^-e in both bf16 halves
+                k0 = _e2m1_pair(_bf16x2_op("mul.rn", a0, inv2))
+                k1 = _e2m1_pair(_bf16x2_op("mul.rn", a1, inv2))
+                # bytes [code 4l, 4l+2, 4l+1, 4l+3] (each code + 10 >= 10: no borrow between bytes)
+                # with each sign (replicated from w's bytes) in bit 3, clear in every code
+                signs = _prmt(w0, w1, 0xFBD9) & Uint32(0x08080808)
+                x = (_prmt(k0, k1, 0x6240) - Uint32(0x0A0A0A0A)) | signs
+                packed = x + (x >> Uint32(12))              # nibbles 4l | 4l+1 | 4l+2 | 4l+3 (disjoint)
+                mQout[first + c, lane] = cutlass.Uint16(packed & Uint32(0xFFFF)).bitcast(Int16)
+                byte = b if c == 0 else select(sel == c, b, byte, Uint32)
         if sel < coarsen:                                   # q_scale as bytes: row * 4 + block
             mScale[first + sel, lane // 8] = cutlass.Uint8(byte)
         if lane < coarsen:
