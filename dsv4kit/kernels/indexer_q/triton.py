@@ -10,8 +10,12 @@ Python-level programs run.
 Per row: load 128 bf16 dims, rotate the last 64 (GPT-J pairs, no FMA), round them to bf16
 with integer RNE, quantize. No cast ever has to round (see
 :mod:`dsv4kit.kernels.triton_numerics`), so the interpreter and the GPU write the same bytes.
-Inside a program ``nope`` is ``[ROWS, 64]`` (dims 0..63) and the rope half is split into
-even/odd lanes ``[ROWS, 32]`` (dims 64+2i, 65+2i), joined back before stores.
+K1: inside a program ``nope`` is ``[ROWS, 64]`` (dims 0..63) and the rope half is split into
+even/odd lanes ``[ROWS, 32]`` (dims 64+2i, 65+2i), joined back before stores. K2 reads each
+row as 64 int32 words of two bf16 and keeps all of it as (even, odd) pairs ``[ROWS, 32]``
+(nope: dims 2i, 2i+1; rope: dims 64+2i, 65+2i), which are exactly the nibbles of the output
+bytes, so nothing is joined back. Row indices are int32 within a program; only the two
+row-base pointers are 64-bit.
 """
 
 from __future__ import annotations
