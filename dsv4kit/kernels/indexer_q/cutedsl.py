@@ -80,17 +80,6 @@ def _unpack2(w: Uint32):
     return (w << Uint32(16)).bitcast(Float32), (w & Uint32(0xFFFF0000)).bitcast(Float32)
 
 
-@dsl_user_op
-def _fabs(x: Float32, *, loc=None, ip=None) -> Float32:
-    """|x| as ``abs.f32``, which ptxas folds into the consuming FMNMX's operand (a bit-and is a LOP3)."""
-    return Float32(_asm(T.f32(), [Float32(x)], "abs.f32 $0, $1;", "=f,f", loc, ip))
-
-
-@cute.jit
-def _amax4(y0, y1, y2, y3):
-    return cute.arch.fmax(cute.arch.fmax(_fabs(y0), _fabs(y1)), cute.arch.fmax(_fabs(y2), _fabs(y3)))
-
-
 def _asm(ret, args, body: str, cons: str, loc=None, ip=None):
     return llvm.inline_asm(ret, [a.ir_value(loc=loc, ip=ip) for a in args], body, cons,
                            has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
@@ -139,6 +128,26 @@ def _e2m1_pair(av: Uint32) -> Uint32:
     return (s & Uint32(0x007F007F)) + (s >> Uint32(6))
 
 
+def _rows_amax(words, lanes: int):
+    """Per row of ``words`` (one or two rows' (w0, w1) bf16x2 pairs): the fp32 absmax over the
+    row's 4 values in each of ``lanes`` consecutive lanes (a butterfly over lanes 8 or 32).
+
+    bf16 maxima are exact, so the reduction runs on packed words; two rows share one word
+    (row 0 in the low half, row 1 in the high half), halving the shuffles. Plain Python,
+    traced inline into the kernel."""
+    ms = [_bf16x2_op("max", w0 & Uint32(0x7FFF7FFF), w1 & Uint32(0x7FFF7FFF)) for w0, w1 in words]
+    if len(ms) == 2:
+        m = _bf16x2_op("max", _prmt(ms[0], ms[1], 0x5410), _prmt(ms[0], ms[1], 0x7632))
+    else:
+        m = ms[0]
+    offset = lanes // 2
+    while offset >= 1:
+        m = _bf16x2_op("max", m, cute.arch.shuffle_sync_bfly(m, offset=offset))
+        offset //= 2
+    lo, hi = (m << Uint32(16)).bitcast(Float32), (m & Uint32(0xFFFF0000)).bitcast(Float32)
+    return [lo, hi] if len(ms) == 2 else [cute.arch.fmax(lo, hi)]
+
+
 @cute.kernel
 def _fp8_kernel(mPos, mQ, mCS, mW, mQout, mWout, num_rows: Int32, ss: Float32, hs: Float32,
                 coarsen: cutlass.Constexpr):
@@ -151,21 +160,19 @@ def _fp8_kernel(mPos, mQ, mCS, mW, mQout, mWout, num_rows: Int32, ss: Float32, h
         words = [mQ[first + c, lane] for c in range(coarsen)]   # all loads in flight first
         cs = _cos_sin(mPos, mCS, first, lane)
         e_mine = Int32(0)                                 # lane c (< coarsen): row c's exponent
-        for c in cutlass.range_constexpr(coarsen):
-            row = first + c
-            w0, w1 = _bf16_words(words[c], cs, lane)      # rope dims rounded by the RNE cvt
-            y0, y1 = _unpack2(w0)
-            y2, y3 = _unpack2(w1)
-            amax = cute.arch.warp_reduction_max(_amax4(y0, y1, y2, y3))
-            # D1: floor before dividing; multiply by fl(1/448) (§2.1: same clog2 as / 448).
-            e = clog2(mul_rn(cute.arch.fmax(amax, Float32(1e-4)), Float32(1.0 / 448.0)))
-            inv = pow2(-e)
-            packed = e4m3x4(mul_rn(y0, inv), mul_rn(y1, inv), mul_rn(y2, inv), mul_rn(y3, inv))
-            mQout[row, lane] = packed.bitcast(Int32)
-            if c == 0:
-                e_mine = e
-            else:
-                e_mine = select(lane == c, e, e_mine, Int32)
+        for c0 in cutlass.range_constexpr(0, coarsen, 2):   # rows in pairs (see _rows_amax)
+            ws = [_bf16_words(words[c], cs, lane) for c in range(c0, min(c0 + 2, coarsen))]
+            amaxes = _rows_amax(ws, 32)
+            for j in cutlass.range_constexpr(len(ws)):
+                c = c0 + j
+                y0, y1 = _unpack2(ws[j][0])
+                y2, y3 = _unpack2(ws[j][1])
+                # D1: floor before dividing; multiply by fl(1/448) (§2.1: same clog2 as / 448).
+                e = clog2(mul_rn(cute.arch.fmax(amaxes[j], Float32(1e-4)), Float32(1.0 / 448.0)))
+                inv = pow2(-e)
+                packed = e4m3x4(mul_rn(y0, inv), mul_rn(y1, inv), mul_rn(y2, inv), mul_rn(y3, inv))
+                mQout[first + c, lane] = packed.bitcast(Int32)
+                e_mine = e if c == 0 else select(lane == c, e, e_mine, Int32)
         if lane < coarsen:                                # one weight store per thread, not per row
             w = mW[first + lane].to(Float32)
             mWout[first + lane] = mul_rn(mul_rn(mul_rn(w, pow2(e_mine)), ss), hs)
@@ -213,24 +220,13 @@ def _mxfp4_kernel(mPos, mQ, mCS, mW, mQout, mScale, mWout, num_rows: Int32, ss: 
         cs = _cos_sin(mPos, mCS, first, lane)
         sel = lane % 8                           # the row whose scale byte this lane stores
         byte = Uint32(0)
-        # Rows go in pairs (c, c + 1) where coarsen allows: the two rows' 16-bit block maxima
-        # share one 32-bit word through the 8-lane reduction (3 shuffles for two rows).
-        for c0 in cutlass.range_constexpr(0, coarsen, 2):
-            pair = c0 + 1 < coarsen
-            ws = [_bf16_words(words[c], cs, lane) for c in range(c0, c0 + (2 if pair else 1))]
-            mags = [(w0 & Uint32(0x7FFF7FFF), w1 & Uint32(0x7FFF7FFF)) for w0, w1 in ws]
-            ms = [_bf16x2_op("max", a0, a1) for a0, a1 in mags]
-            m = ms[0]
-            if cutlass.const_expr(pair):  # low half: row c0 (its two halves' max), high: row c0 + 1
-                m = _bf16x2_op("max", _prmt(ms[0], ms[1], 0x5410), _prmt(ms[0], ms[1], 0x7632))
-            for k in cutlass.range_constexpr(3):            # the 8-lane group
-                m = _bf16x2_op("max", m, cute.arch.shuffle_sync_bfly(m, offset=4 >> k))
-            lo_f, hi_f = (m << Uint32(16)).bitcast(Float32), (m & Uint32(0xFFFF0000)).bitcast(Float32)
-            amaxes = [lo_f, hi_f] if pair else [cute.arch.fmax(lo_f, hi_f)]
+        for c0 in cutlass.range_constexpr(0, coarsen, 2):   # rows in pairs (see _rows_amax)
+            ws = [_bf16_words(words[c], cs, lane) for c in range(c0, min(c0 + 2, coarsen))]
+            amaxes = _rows_amax(ws, 8)                       # lanes 8b..8b+7: block b
             for j in cutlass.range_constexpr(len(ws)):
                 c = c0 + j
                 w0, w1 = ws[j]
-                a0, a1 = mags[j]
+                a0, a1 = w0 & Uint32(0x7FFF7FFF), w1 & Uint32(0x7FFF7FFF)
                 b = Uint32(_mx_exp(amaxes[j]) + Int32(127))          # ue8m0 byte, 1..254
                 inv2 = Uint32(0x7F007F00) - b * Uint32(0x00800080)   # 2^-e in both bf16 halves
                 k0 = _e2m1_pair(_bf16x2_op("mul.rn", a0, inv2))
