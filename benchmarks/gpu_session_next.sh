@@ -5,14 +5,15 @@
 #     bash benchmarks/gpu_session_next.sh bench1 OUT_DIR    # issue 16: launch plans, host overhead, K1/K2, rowquant
 #     bash benchmarks/gpu_session_next.sh bench2 OUT_DIR    # issue 16: K3, K4, C4 (K5/K6a/K6b), C128 (K7) sweeps
 #     bash benchmarks/gpu_session_next.sh bench3 OUT_DIR    # issue 16: K7 (in order), K8a/K8b, E1-E5 sweeps, host
-#     bash benchmarks/gpu_session_next.sh verify OUT_DIR    # issue 16: GPU numerics of changed kernels, C4 grid
-#     bash benchmarks/gpu_session_next.sh bench4 OUT_DIR    # issue 16: C4 and K1/K2 sweeps, ncu counters
+#     bash benchmarks/gpu_session_next.sh verify OUT_DIR    # issue 16: GPU numerics of changed kernels, plans
+#     bash benchmarks/gpu_session_next.sh bench4 OUT_DIR    # issue 16: C4 and K1/K2 sweeps
+#     bash benchmarks/gpu_session_next.sh ncu OUT_DIR       # issue 16: Nsight Compute counters (NCU_FAMILIES)
 # Before the store phase, on the CPU machine: bash benchmarks/prepare_gpu_store.sh, then carry
 # .carry-store with the call. CuTeDSL first (../shared/device/README.md: two calls). Each step
 # has its own time limit and log; one that fails or times out does not stop the others.
 # Everything ends up in OUT_DIR/records.tar.gz and OUT_DIR/session.log.
 set -u
-usage="usage: gpu_session_next.sh pipeline|store|bench1|bench2|bench3|verify|bench4 OUT_DIR"
+usage="usage: gpu_session_next.sh pipeline|store|bench1|bench2|bench3|verify|bench4|ncu OUT_DIR"
 source "$(dirname "$0")/gpu_session_lib.sh"
 session_begin "$usage" "$@"
 host_step() {  # issue 16's host-overhead table, real launches
@@ -51,11 +52,14 @@ verify)
     step c4_check 240 python3 benchmarks/c4_compress_gpu_check.py --out "$work/c4_compress_h200/check.json" \
         --cases 30 --no-timing
     step indexer_q_check 150 python3 benchmarks/indexer_q_gpu_check.py --out "$work/indexer_q_h200" --cases 30
-    step c4_tuning 150 python3 benchmarks/c4_tuning.py --out "$work/c4_tuning_h200" ;;
+    step launch_plans 120 python3 benchmarks/launch_plans_gpu_check.py --out "$work/launch_plans_h200" ;;
 bench4)
     bench_step c4_compress 200
     bench_step indexer_q 140
-    step ncu 240 python3 benchmarks/ncu_profile.py --out "$work/ncu_h200" --timeout 230 ;;
+    [ -n "${WITH_NCU:-}" ] && step ncu 240 python3 benchmarks/ncu_profile.py --out "$work/ncu_h200" --timeout 230 ;;
+ncu)
+    step ncu 560 python3 benchmarks/ncu_profile.py --out "$work/ncu_h200" --timeout 550 \
+        --families "${NCU_FAMILIES:-c4_compress,indexer_q,dequant_gather,c128_compress,rowquant}" ;;
 *) echo "unknown phase $phase ($usage)" >&2; exit 2 ;;
 esac
 session_end
