@@ -4,9 +4,9 @@ Mapping: tokens go in chunks of ``chunk`` consecutive tokens (:func:`launch_shap
 decode-sized batches; from :data:`SHARE_FROM_TOKENS` tokens 8, of which about 2 are boundaries) and
 the grid has ``min(chunks, MAX_PROGRAMS)`` programs, program i taking chunks i, i + grid, ...
 ``D / 128`` warps; each thread holds 4 consecutive columns (16-byte loads). Per chunk, a program
-loads the position, slots and request of its tokens in one round trip (head 128: and the
-block-table entries of the two row groups of every boundary window in a second); then, for each
-live boundary token among them (slot >= 0, kv slot >= 0, ``(p + 1) % 4 == 0``), pools its window: the eight
+loads the position, slots and request of its tokens in one round trip, and the block-table
+entries of the two row groups of every boundary window in a second; then, for each live boundary
+token among them (slot >= 0, kv slot >= 0, ``(p + 1) % 4 == 0``), pools its window: the eight
 state rows (positions ``p - 7 .. p``; rows 0..3 read half A, rows 4..7 half B; rows 0..3 are
 absent for the first boundary p = 3) are eight separate ``[D]`` vectors, so the per-column
 max-subtracted softmax runs in each thread's registers (:func:`pool_window`). RMSNorm follows over
@@ -167,28 +167,26 @@ def _compress_chunks(state_ptr, req_ptr, pos_ptr, slot_ptr, bt_ptr, nw_ptr, cs_p
                      scale_ptr, sbs, block_stride, bt_stride, eps, kv_bs, page_stride, T, chunk,
                      ALIGNED: tl.constexpr, D: tl.constexpr, ENC: tl.constexpr):
     """Every chunk of ``chunk`` tokens with index = program id (mod the grid): see the module docstring."""
-    PREFETCH: tl.constexpr = D == 128
     R: tl.constexpr = 4 * D   # elements per state row
     lane = tl.arange(0, _MAX_CHUNK)
     n_chunks = (T + chunk - 1) // chunk
     c = tl.program_id(0).to(tl.int64)
     while c < n_chunks:
-        # The chunk's per-token words in one round trip; with PREFETCH (head 128: one warp per program,
-        # where the H200 measured it faster; not for head 512) the block-table entries of its
-        # windows' two row groups (rows 0 and 4) in a second one, else each window looks its own up.
+        # The chunk's per-token words in one round trip, then the block-table entries of its windows'
+        # two row groups (rows 0 and 4) in a second one (H200: 3-6 points faster than each window
+        # looking its own up once the grid is capped; benchmarks/results/c4_tuning_h200).
         tok = c * chunk + lane
         inb = (lane < chunk) & (tok < T)
         pv = tl.load(pos_ptr + tok, mask=inb, other=0)
         kvv = tl.load(kv_slot_ptr + tok, mask=inb, other=-1)
         live = (tl.load(slot_ptr + tok, mask=inb, other=-1) >= 0) & (kvv >= 0) & ((pv + 1) % 4 == 0)
         rv = tl.load(req_ptr + tok, mask=live, other=0).to(tl.int64)
-        if PREFETCH:
-            prev = live & (pv >= 7)
-            qa = tl.where(prev, pv - 7, 0)
-            qb = tl.where(live, pv - 3, 0)
-            row = bt_ptr + rv * bt_stride
-            ga = tl.load(row + qa // sbs, mask=prev, other=0).to(tl.int64) * block_stride + (qa % sbs) * R
-            gb = tl.load(row + qb // sbs, mask=live, other=0).to(tl.int64) * block_stride + (qb % sbs) * R
+        prev = live & (pv >= 7)
+        qa = tl.where(prev, pv - 7, 0)
+        qb = tl.where(live, pv - 3, 0)
+        row = bt_ptr + rv * bt_stride
+        ga = tl.load(row + qa // sbs, mask=prev, other=0).to(tl.int64) * block_stride + (qa % sbs) * R
+        gb = tl.load(row + qb // sbs, mask=live, other=0).to(tl.int64) * block_stride + (qb % sbs) * R
         live_bits = tl.sum(tl.where(live, 1 << lane, 0), axis=0)
         for i in range(_MAX_CHUNK):
             if ((live_bits >> i) & 1) != 0:
@@ -196,13 +194,8 @@ def _compress_chunks(state_ptr, req_ptr, pos_ptr, slot_ptr, bt_ptr, nw_ptr, cs_p
                 p = tl.sum(tl.where(pick, pv, 0), axis=0)
                 w, cos, sin = norm_rope_operands(nw_ptr, cs_ptr, (p // 4) * 4, D)
                 req = tl.sum(tl.where(pick, rv, 0), axis=0)
-                if PREFETCH:
-                    a0 = tl.sum(tl.where(pick, ga, 0), axis=0)
-                    b0 = tl.sum(tl.where(pick, gb, 0), axis=0)
-                else:
-                    bt_row = bt_ptr + req * bt_stride
-                    a0 = _row_base(bt_row, p - 7, p >= 7, sbs, block_stride, D)
-                    b0 = _row_base(bt_row, p - 3, True, sbs, block_stride, D)
+                a0 = tl.sum(tl.where(pick, ga, 0), axis=0)
+                b0 = tl.sum(tl.where(pick, gb, 0), axis=0)
                 cr = pool_window(state_ptr, bt_ptr, req, p, sbs, block_stride, bt_stride, a0, b0, ALIGNED, D)
                 y = norm_rope_apply(cr, w, cos, sin, eps, D)
                 encode_store(y, cache_ptr, scale_ptr, tl.sum(tl.where(pick, kvv, 0), axis=0), kv_bs,
