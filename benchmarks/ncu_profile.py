@@ -14,7 +14,7 @@ read and written (against the plan's bytes model), DRAM throughput (% of peak), 
 theoretical occupancy, issue-slot use, warp instructions, registers, and the warp-stall reasons
 (% of active warps' cycles).
 
-Writes ``ncu_raw.csv`` (ncu's own CSV), ``ncu_profile.json`` (provenance, per kernel the numbers
+Writes ``ncu_raw.log`` (ncu's own CSV), ``ncu_profile.json`` (provenance, per kernel the numbers
 above with its plan, kernel, config, backend, size and bytes-model bytes) and ``ncu_profile.md``.
 ``--child`` is the profiled process (internal).
 """
@@ -227,7 +227,7 @@ def main() -> int:
         print("no ncu (PATH, /opt/nvidia/nsight-compute/*/ncu, /usr/local/cuda*/bin/ncu)", file=sys.stderr)
         return 2
     a.out.mkdir(parents=True, exist_ok=True)
-    manifest, raw = a.out / "manifest.json", a.out / "ncu_raw.csv"
+    manifest, raw = a.out / "manifest.json", a.out / "ncu_raw.log"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(manifest)]
     if a.families:
         cmd += ["--families", a.families]
