@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""K5, K6, K9 (the C4 compressors) on a GPU: both backends judged against the reference, and timed.
+"""K5, K6, K9 (the C4 compressors) on a GPU: both backends judged against the reference (numerics only).
 
     python3 benchmarks/c4_compress_gpu_check.py --out DIR_OR_FILE.json [--cases 60] [--large 16384,65536]
-        [--no-cpu-reference] [--no-timing] [--rep-ms 200]
+        [--no-cpu-reference] [--no-recip-weights]
+
+Bandwidth is not measured here: ``python3 -m dsv4kit bench --family c4_compress`` times K5 / K6 / K9
+(kernel alone, op, eager reference, ``torch.compile``) against the copy bandwidth of its run, with
+the bytes model :func:`dsv4kit.bench.c4_compress_bytes`.
 
 1. Warms every key of the three ops on both backends (triton, cutedsl): all the configs of
    ``C4CompressConfig`` (cache fp8_ds_mla / fp8 / bfloat16, indexer FP8 / MXFP4, norm weights
@@ -19,18 +23,15 @@
    compressor rule of §2.12 (decoded values, term-magnitude allowance, step budget, scale bytes;
    every other byte of the cache BIT-EXACT) and counts bit-identical elements. The CUDA reference
    is also judged against the CPU one (how far two conforming references are apart).
-3. Times (unless ``--no-timing``) the large-T cases: each backend's kernel alone (CUDA-graph
-   replays of the executor) and its whole call, against the device-to-device copy bandwidth
-   measured in this run; also the CuTeDSL kernel compiled with ``IEEE_WEIGHTS`` off (weights
-   ``e_j * fl(1 / S)`` instead of ``e_j / S``: 8 divisions fewer per column), judged and timed
-   as information (not part of the pass / fail). Bytes model: every state row is read once
-   (``T * 4D`` fp32: a row's half A by the next window, half B by its own), plus the per-token
-   arrays (28 bytes) and the entries written.
+3. Unless ``--no-recip-weights``: the CuTeDSL kernel compiled with ``IEEE_WEIGHTS`` off (weights
+   ``e_j * fl(1 / S)`` instead of ``e_j / S``: 8 divisions fewer per column; compiled before the
+   counters) is run once on each large case and judged by the same rule, as information (not part
+   of the pass / fail).
 
 Prints, per op / backend / reference: cases conforming, violations, bit-identical elements /
-total, and (timing) us, GB/s, % of copy; writes everything as JSON to ``--out`` (a ``.json`` file,
-or a directory that gets ``c4_compress_gpu_check.json``). Exit code 0 iff every case conforms for
-both backends and nothing compiled after warmup; 2 without a CUDA device.
+total; writes everything as JSON to ``--out`` (a ``.json`` file, or a directory that gets
+``c4_compress_gpu_check.json``). Exit code 0 iff every case conforms for both backends and nothing
+compiled after warmup; 2 without a CUDA device.
 """
 
 from __future__ import annotations
@@ -47,10 +48,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dsv4kit.bench import bench_median_ms, copy_bandwidth_gbs, provenance, write_json  # noqa: E402
+from dsv4kit.bench import provenance, write_json  # noqa: E402
 from dsv4kit.kernels.c4_compress import SPECS, C4CompressConfig  # noqa: E402
 from dsv4kit.kernels.c4_compress.cases import OPS, C4Case, cpu_copy, judge, make_case, random_case  # noqa: E402
-from dsv4kit.kernels.c4_compress.reference import HEAD_DIM, check_c4_inputs  # noqa: E402
+from dsv4kit.kernels.c4_compress.reference import check_c4_inputs  # noqa: E402
 from dsv4kit.kernels.c4_compress.spec import compress_operands  # noqa: E402
 
 BACKENDS = ("triton", "cutedsl")
@@ -175,20 +176,7 @@ def check_case(case: C4Case, cpu_ref: bool) -> tuple[list[dict[str, Any]], dict[
     return recs, wants
 
 
-# ------------------------------------------------------------------------ timing
-
-
-def state_bytes(case: C4Case) -> int:
-    """Bytes per call of the model: every state row read once (T * 4D fp32), per-token arrays
-    (token_to_req 4, positions, slot, kv slot 8 each), the written entries."""
-    a = case.args
-    t = int(a["positions"].numel())
-    d = HEAD_DIM[case.op]
-    live = (a["kv_slot_mapping"] >= 0) & (a["slot_mapping"] >= 0) & ((a["positions"] + 1) % 4 == 0)
-    written = int(live.sum())
-    entry = {"c4_compress_ds_mla": 584, "c4_compress_plain": 1024 if a.get("fp8_scale") is None else 512,
-             "indexer_compress": 132}[case.op]
-    return t * 4 * d * 4 + 28 * t + written * entry
+# ------------------------------------------------------------------------ the CuTeDSL recip-weights variant
 
 
 def recip_executors(result: dict[str, Any]) -> dict[tuple[str, Any], Any]:
@@ -213,63 +201,35 @@ def recip_executors(result: dict[str, Any]) -> dict[tuple[str, Any], Any]:
     return out
 
 
-def time_case(case: C4Case, copy_gbs: float, rep_ms: int, recip: dict, wants: dict[str, torch.Tensor]
-              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Timings of both backends (kernel alone, whole op) and of the CuTeDSL recip-weights variant
-    (judged too); returns (timing rows, variant records)."""
-    rows, extra = [], []
-    c = case.fresh("cuda")
-    a = c.args
+def judge_recip(case: C4Case, recip: dict, wants: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
+    """The CuTeDSL recip-weights variant (``IEEE_WEIGHTS`` off) run once on ``case`` with the launch
+    arguments the op builds, judged against the references (information)."""
+    r = case.fresh("cuda")
+    a = r.args
     t = int(a["positions"].numel())
-    nbytes = state_bytes(case)
-    for backend in BACKENDS:
-        k = SPECS[case.op].kernel(device="cuda", backend=backend)
-        kw = {n: a[n] for n in ("rms_norm_weight", "state_cache", "cos_sin_cache")}
-        if case.op == "c4_compress_plain":
-            kw["kv_cache"] = a["kv_cache"]
-        if case.op == "indexer_compress":
-            kw["use_fp4_cache"] = a["use_fp4_cache"]
-        key = k.dispatch(**kw)
-        _, eps = check_c4_inputs(k.name, case.op, *(a[n] for n in _STATE_ARGS), c.cache,
-                                 a["kv_slot_mapping"], a.get("fp8_scale"), a.get("use_fp4_cache"))
-        ops = compress_operands(k.name, a["state_cache"], a["block_table"], c.cache, a.get("fp8_scale"), eps,
-                                t)
-        launch = k.launch_args(key, *(a[n] for n in _PER_CALL), ops, t)
-        exe = k._get_or_compile(key)
-        op = SPECS[case.op].op
-        variants = {f"{backend} kernel": (lambda exe=exe, launch=launch: exe(*launch), True),
-                    f"{backend} op": (lambda a=a, backend=backend, op=op: op(**a, backend=backend), False)}
-        if backend == "cutedsl" and (case.op, key) in recip:
-            rexe = recip[case.op, key]
-            variants["cutedsl kernel, recip weights"] = (lambda exe=rexe, launch=launch: exe(*launch), True)
-            r = case.fresh("cuda")
-            rops = compress_operands(k.name, r.args["state_cache"], r.args["block_table"], r.cache,
-                                     r.args.get("fp8_scale"), eps, t)
-            rexe(*k.launch_args(key, *(r.args[n] for n in _PER_CALL), rops, t))
-            torch.cuda.synchronize()
-            got = cpu_copy(r.cache)
-            for ref, want in wants.items():
-                extra.append({"op": case.op, "case": case.label, "reference": ref,
-                              **verdict_record(case, got, want)})
-                log(f"  cutedsl recip weights vs {ref}-ref: {'conforms' if extra[-1]['ok'] else 'FAILS'}, "
-                    f"{extra[-1]['bit_identical']}/{extra[-1]['elements']} bit-identical")
-        for name, (fn, graph) in variants.items():
-            err = ""
-            try:
-                ms = bench_median_ms(fn, graph=graph, rep_ms=rep_ms)
-            except Exception as exc:
-                ms, err = float("nan"), f"{type(exc).__name__}: {str(exc)[:200]}"
-            gbs = nbytes / (ms * 1e-3) / 1e9 if ms == ms else float("nan")
-            rows.append({"op": case.op, "format": case.meta.get("format", ""), "T": t,
-                         "requests": case.meta.get("requests"), "impl": name, "bytes": nbytes,
-                         "median_us": ms * 1e3, "GBps": gbs, "pct_of_copy": 100 * gbs / copy_gbs,
-                         "timing": "cuda-graph replay" if graph else "events", "error": err})
-            log(f"  {case.meta.get('format', ''):17s} T={t:6d} req={case.meta.get('requests')} {name:30s} "
-                f"{ms * 1e3:9.1f} us {gbs:7.0f} GB/s {100 * gbs / copy_gbs:5.1f}% of copy"
-                + (f"  {err}" if err else ""))
-    del c
+    k = SPECS[case.op].kernel(device="cuda", backend="cutedsl")
+    kw = {n: a[n] for n in ("rms_norm_weight", "state_cache", "cos_sin_cache")}
+    if case.op == "c4_compress_plain":
+        kw["kv_cache"] = a["kv_cache"]
+    if case.op == "indexer_compress":
+        kw["use_fp4_cache"] = a["use_fp4_cache"]
+    key = k.dispatch(**kw)
+    if (case.op, key) not in recip:
+        return []
+    _, eps = check_c4_inputs(k.name, case.op, *(a[n] for n in _STATE_ARGS), r.cache,
+                             a["kv_slot_mapping"], a.get("fp8_scale"), a.get("use_fp4_cache"))
+    ops = compress_operands(k.name, a["state_cache"], a["block_table"], r.cache, a.get("fp8_scale"), eps, t)
+    recip[case.op, key](*k.launch_args(key, *(a[n] for n in _PER_CALL), ops, t))
+    torch.cuda.synchronize()
+    got = cpu_copy(r.cache)
+    out = []
+    for ref, want in wants.items():
+        out.append({"op": case.op, "case": case.label, "reference": ref, **verdict_record(case, got, want)})
+        log(f"  cutedsl recip weights vs {ref}-ref: {'conforms' if out[-1]['ok'] else 'FAILS'}, "
+            f"{out[-1]['bit_identical']}/{out[-1]['elements']} bit-identical")
+    del r
     torch.cuda.empty_cache()
-    return rows, extra
+    return out
 
 
 # ------------------------------------------------------------------------ main
@@ -313,8 +273,9 @@ def main() -> int:
     ap.add_argument("--large", default="16384,65536",
                     help="comma-separated T of the large cases ('' for none)")
     ap.add_argument("--no-cpu-reference", action="store_true", help="judge against the CUDA reference only")
-    ap.add_argument("--no-timing", action="store_true")
-    ap.add_argument("--rep-ms", type=int, default=200)
+    ap.add_argument("--no-recip-weights", action="store_true",
+                    help="skip the CuTeDSL variant with IEEE_WEIGHTS off (judged on the large cases, "
+                         "information)")
     args = ap.parse_args()
     out = Path(args.out)
     out = out if out.suffix == ".json" else out / "c4_compress_gpu_check.json"
@@ -349,12 +310,11 @@ def main() -> int:
                 log(f"warmup {backend} {op}: FAILED {type(exc).__name__}: {exc}")
     result["warmup"] = warm
 
-    # 2. numerics (3. timing inside the same compile counters)
+    # 2. numerics (3. the recip-weights variant inside the same compile counters)
     # The CuTeDSL kernel with IEEE_WEIGHTS off (weights e * fl(1 / S)): compiled here, before the
-    # counters, to be judged and timed next to the shipped one on the large cases (information).
-    recip = {} if args.no_timing else recip_executors(result)
+    # counters, to be judged next to the shipped one on the large cases (information).
+    recip = {} if args.no_recip_weights else recip_executors(result)
     records: list[dict[str, Any]] = []
-    timing: list[dict[str, Any]] = []
     variants: list[dict[str, Any]] = []
     with count_triton_compiles() as tc, count_cute_compiles() as cc:
         for op in OPS:
@@ -366,24 +326,16 @@ def main() -> int:
                     records += check_case(odd_stride(case), not args.no_cpu_reference)[0]
             log(f"{op}: {args.cases} random cases (+ {(args.cases + 9) // 10} odd block strides) in "
                 f"{time.perf_counter() - t0:.1f} s")
-        big = large_cases(sizes)
-        copy_gbs = None
-        if big and not args.no_timing:
-            copy_gbs = copy_bandwidth_gbs()
-            result["copy_GBps"] = copy_gbs
-            log(f"device-to-device copy: {copy_gbs:.0f} GB/s (read + write)")
-        for case in big:
+        for case in large_cases(sizes):
             t0 = time.perf_counter()
             recs, wants = check_case(case, not args.no_cpu_reference)
             records += recs
             log(f"{case.label}: judged in {time.perf_counter() - t0:.1f} s")
-            if copy_gbs is not None:
-                rows, extra = time_case(case, copy_gbs, args.rep_ms, recip, wants)
-                timing += rows
-                variants += extra
+            if recip:
+                variants += judge_recip(case, recip, wants)
+            del wants
     result["compiles_after_warmup"] = {"triton": tc.count, "cutedsl": cc.count}
     result["cases"] = records
-    result["timing"] = timing
     result["cutedsl_recip_weights"] = variants
     result["summary"] = summarize(records)
     log(f"compiles after warmup: triton {tc.count}, cutedsl {cc.count}")

@@ -50,7 +50,7 @@ bench3)
     bench_step store_rows 150 ;;
 verify)
     step c4_check 240 python3 benchmarks/c4_compress_gpu_check.py --out "$work/c4_compress_h200/check.json" \
-        --cases 30 --no-timing
+        --cases 30 --no-recip-weights
     step indexer_q_check 150 python3 benchmarks/indexer_q_gpu_check.py --out "$work/indexer_q_h200" --cases 30
     step launch_plans 120 python3 benchmarks/launch_plans_gpu_check.py --out "$work/launch_plans_h200" ;;
 bench4)
