@@ -470,7 +470,8 @@ def _bench(root: Path, name: str) -> RecordedRun:
 
 #: The plans ``dsv4kit bench`` recorded on the H200 (``bench_h200/<plan>.json``).
 BENCH_RUNS = tuple(f"bench_h200/{plan}.json" for plan in (
-    "indexer_q", "dequant_gather", "save_partial_states", "c4_compress", "c128_compress", "rowquant"))
+    "indexer_q", "dequant_gather", "save_partial_states", "c4_compress", "c128_compress", "store_rows",
+    "rowquant"))
 
 #: Every recorded run with timings (or, for the encoders, the record saying there are none):
 #: ``(path under the results directory, converter)``. Runs of other kinds (replays, sanitizers,
