@@ -46,6 +46,7 @@ __all__ = [
     "DecodeRow",
     "HostRow",
     "RecordedRun",
+    "NcuKernel",
     "SassMix",
     "decode_rows",
     "host_rows",
@@ -55,6 +56,7 @@ __all__ = [
     "read_results",
     "recorded_host_overhead",
     "recorded_launch_plans",
+    "recorded_ncu",
     "recorded_sass_mix",
     "recorded_warmup",
     "recorded_run",
@@ -662,3 +664,42 @@ def recorded_sass_mix(root: Path | None = None, name: str = "sass_mix_sm90a/sass
                            k["occupancy"]["occupancy"], head["instr_per_byte"], pm["instr_over_dram"],
                            pm["busiest"], pm["ceiling_fraction_of_copy"]))
     return Recorded.from_path(path), out
+
+
+@dataclass(frozen=True)
+class NcuKernel:
+    """One kernel of ``ncu_h200/ncu_profile.json`` (``benchmarks/ncu_profile.py``: Nsight Compute,
+    one kernel replay at the plan's largest size). Percentages as ncu reports them (0-100)."""
+
+    plan: str
+    kernel: str                        # as the bench rows name it
+    config: str
+    backend: str
+    size: int
+    duration_us: float
+    dram_over_model: float             # DRAM bytes read + written over the plan's bytes model
+    dram_GBps: float
+    achieved_occupancy_pct: float
+    theoretical_occupancy_pct: float
+    issue_active_pct: float
+    registers: int | None
+    stalls_pct: dict[str, float]       # warp-stall reason -> % of active warps' cycles
+
+    def top_stalls(self, n: int = 3) -> list[tuple[str, float]]:
+        """The ``n`` largest stall reasons, largest first."""
+        return sorted(self.stalls_pct.items(), key=lambda kv: -kv[1])[:n]
+
+
+def recorded_ncu(root: Path | None = None, name: str = "ncu_h200/ncu_profile.json"
+                 ) -> tuple[Recorded, float, list[NcuKernel]]:
+    """The recorded Nsight Compute counters ``name`` under ``root``: the record, the copy ceiling
+    measured in that process (GB/s), one :class:`NcuKernel` per profiled kernel."""
+    path = (root if root is not None else results_dir()) / name
+    data = json.loads(path.read_text())
+    out = [NcuKernel(k["plan"], k["kernel"], k.get("config", ""), k["backend"], int(k["size"]),
+                     float(k["duration_us"]), float(k["dram_B_over_model"]), float(k["dram_GBps"]),
+                     float(k["achieved_occupancy_pct"]), float(k["theoretical_occupancy_pct"]),
+                     float(k["issue_active_pct"]), None if k["registers"] is None else int(k["registers"]),
+                     {r: float(v) for r, v in (k.get("stalls_pct") or {}).items() if v is not None})
+           for k in data["kernels"]]
+    return Recorded.from_path(path), float(data["copy_GBps"]), out

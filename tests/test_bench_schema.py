@@ -294,3 +294,17 @@ def test_host_overhead_launch_plan_and_sass_records_read_back():
         assert m.backend == k["backend"] and m.instr_over_dram == k["sass"]["headline"]["pipe_model"][
             "instr_over_dram"]
         assert m.kernel.startswith(k["family"])
+
+
+def test_ncu_record_reads_back_kernel_for_kernel():
+    """``ncu_h200/``: every profiled kernel with its label, counters and stalls as recorded; its
+    DRAM bytes agree with the plan's bytes model (the models count every byte once)."""
+    rec, copy, ks = bench_schema.recorded_ncu(ROOT)
+    raw = json.loads((ROOT / "ncu_h200/ncu_profile.json").read_text())
+    assert rec.device == "NVIDIA H200" and copy == raw["copy_GBps"] > 4000
+    assert [(k.kernel, k.backend) for k in ks] == [(r["kernel"], r["backend"]) for r in raw["kernels"]]
+    for k, r in zip(ks, raw["kernels"], strict=True):
+        assert k.duration_us == r["duration_us"] and k.registers == r["registers"]
+        assert k.top_stalls(1)[0][1] == max(v for v in r["stalls_pct"].values() if v is not None)
+        assert 0.95 < k.dram_over_model < 1.1, k
+        assert 0 < k.achieved_occupancy_pct <= k.theoretical_occupancy_pct + 1

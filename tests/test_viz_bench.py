@@ -58,3 +58,15 @@ def test_recorded_figures_and_tables():
     assert md.count("\n") == len(runs) + 1 and "`dequant_gather`" in md
     head = vb.headline_markdown(runs)
     assert "indexer_q/fp8" in head and "%" in head
+
+
+def test_ncu_table_has_a_row_per_kernel():
+    from dsv4kit.bench_schema import recorded_ncu
+
+    _, copy, ks = recorded_ncu(ROOT)
+    md = vb.ncu_markdown(ks, copy)
+    rows = [ln for ln in md.splitlines()[2:] if ln.startswith("| ")]
+    assert len(rows) == len(ks)
+    k = ks[0]
+    assert f"| {k.kernel} |" in rows[0] and f"{100 * k.dram_GBps / copy:.1f} %" in rows[0]
+    assert k.top_stalls(1)[0][0].replace("_", " ") in rows[0]

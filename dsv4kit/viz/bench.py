@@ -17,6 +17,7 @@ from dsv4kit.bench_schema import (
     BenchRow,
     HostOverhead,
     LaunchPlanCheck,
+    NcuKernel,
     RecordedRun,
     SassMix,
     WarmupKey,
@@ -29,6 +30,7 @@ __all__ = [
     "host_overhead_markdown",
     "launch_plans_markdown",
     "measured_fraction",
+    "ncu_markdown",
     "largest_point",
     "plot_bandwidth",
     "plot_recorded_bandwidth",
@@ -250,6 +252,21 @@ def measured_fraction(runs: Sequence[RecordedRun], kernel: str, backend: str, co
         if rows:
             return max(rows, key=lambda r: r.size).fraction_of_copy
     return None
+
+
+def ncu_markdown(kernels: Sequence[NcuKernel], copy_gbps: float) -> str:
+    """Nsight Compute counters per kernel: time, DRAM bytes over the bytes model, DRAM GB/s and its
+    fraction of the copy, achieved / theoretical occupancy, issue activity, the top stalls."""
+    lines = ["| kernel | config | backend | us | DRAM B / model | DRAM GB/s | of copy | occupancy "
+             "achieved / theoretical | issue active | regs | top stalls (% of warp cycles) |",
+             "|---" * 11 + "|"]
+    for k in kernels:
+        stalls = ", ".join(f"{r.replace('_', ' ')} {v:.0f}" for r, v in k.top_stalls())
+        lines.append(f"| {k.kernel} | {k.config or '-'} | {k.backend} | {k.duration_us:.1f} | "
+                     f"{k.dram_over_model:.3f} | {k.dram_GBps:.0f} | {100 * k.dram_GBps / copy_gbps:.1f} % | "
+                     f"{k.achieved_occupancy_pct:.0f} / {k.theoretical_occupancy_pct:.0f} % | "
+                     f"{k.issue_active_pct:.0f} % | {k.registers} | {stalls} |")
+    return "\n".join(lines)
 
 
 def sass_mix_markdown(mix: Sequence[SassMix], runs: Sequence[RecordedRun]) -> str:
