@@ -3,6 +3,7 @@
 
     python3 benchmarks/c4_compress_gpu_check.py --out DIR_OR_FILE.json [--cases 60] [--large 16384,65536]
         [--no-cpu-reference] [--no-recip-weights]
+    python3 benchmarks/c4_compress_gpu_check.py --out DIR_OR_FILE.json --cpu-smoke    # its paths, on CPU
 
 Bandwidth is not measured here: ``python3 -m dsv4kit bench --family c4_compress`` times K5 / K6 / K9
 (kernel alone, op, eager reference, ``torch.compile``) against the copy bandwidth of its run, with
@@ -31,12 +32,19 @@ the bytes model :func:`dsv4kit.bench.c4_compress_bytes`.
 Prints, per op / backend / reference: cases conforming, violations, bit-identical elements /
 total; writes everything as JSON to ``--out`` (a ``.json`` file, or a directory that gets
 ``c4_compress_gpu_check.json``). Exit code 0 iff every case conforms for both backends and nothing
-compiled after warmup; 2 without a CUDA device.
+compiled after warmup; 1 otherwise; 2 without a CUDA device (unless ``--cpu-smoke``: the same flow
+on CPU, Triton under the interpreter (``cpu_platform("sm_90a")``) only, 2 random cases per op (the
+first also at an odd block stride) and one small production-layout case per op (T = 64, four
+requests from position 0, in order; set "large"), judged against the CPU reference by the same
+judge. Skipped there, and said so in the log and in the JSON's ``skipped``: the CuTeDSL backend, the
+CUDA reference and its judgement against the CPU one, the recip-weights variant and CuTeDSL's
+compile counter. Triton's counter still runs but counts nothing under the interpreter).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 import traceback
@@ -67,6 +75,19 @@ _STATE_ARGS = ("state_cache", "token_to_req", "positions", "slot_mapping", "bloc
                "rms_norm_weight", "rms_norm_eps", "cos_sin_cache")
 _PER_CALL = ("token_to_req", "positions", "slot_mapping", "block_table", "rms_norm_weight", "cos_sin_cache",
              "kv_slot_mapping")
+
+#: ``--cpu-smoke``: the interpreter's arch, the T of the production-layout case and its formats
+#: (one per op: E1, E2, E4).
+SMOKE_ARCH = "sm_90a"
+SMOKE_LARGE_T = 64
+SMOKE_FORMATS = tuple(next(f for f in FORMATS if f[0] == op) for op in OPS)
+SMOKE_SKIPPED = (
+    "cutedsl backend: CuTeDSL kernels run only on a GPU",
+    "CUDA reference: no CUDA device (every case is judged against the CPU reference only)",
+    "cutedsl recip-weights variant (IEEE_WEIGHTS off): CuTeDSL runs only on a GPU",
+    "CuTeDSL compile counter: no CuTeDSL backend runs (compiles_after_warmup.cutedsl is null); "
+    "Triton's counter runs but the interpreter never compiles (it counts 0 by construction)",
+)
 
 _LINES: list[str] = []
 
@@ -104,11 +125,12 @@ def in_order(case: C4Case) -> C4Case:
     return replace(case, args=args, label=case.label + " in order")
 
 
-def large_cases(sizes: list[int]) -> list[C4Case]:
+def large_cases(sizes: list[int], formats: tuple = FORMATS, nreqs: tuple[int, ...] = (1, 4)
+                ) -> list[C4Case]:
     out = []
     for t in sizes:
-        for op, kw, name in FORMATS:
-            for nreq in (1, 4):
+        for op, kw, name in formats:
+            for nreq in nreqs:
                 lens = (t,) if nreq == 1 else tuple([t // 4] * 3 + [t - 3 * (t // 4)])
                 c = make_case(op, lens=lens, starts=tuple(0 for _ in lens), sbs=4, kv_bs=64, padding=False,
                               seed=t + nreq, **kw)
@@ -129,11 +151,12 @@ def run_reference(case: C4Case, device: str) -> torch.Tensor:
     return cpu_copy(c.cache)
 
 
-def run_kernel(case: C4Case, backend: str) -> torch.Tensor:
-    c = case.fresh("cuda")
-    out = SPECS[case.op].op(**c.args, backend=backend)
+def run_kernel(case: C4Case, backend: str, device: str = "cuda", platform: Any = None) -> torch.Tensor:
+    c = case.fresh(device)
+    out = SPECS[case.op].op(**c.args, backend=backend, platform=platform)
     assert out is None
-    torch.cuda.synchronize()
+    if device == "cuda":
+        torch.cuda.synchronize()
     return cpu_copy(c.cache)
 
 
@@ -148,19 +171,21 @@ def verdict_record(case: C4Case, got: torch.Tensor, want: torch.Tensor) -> dict[
             "summary": v.summary() if not v.ok else ""}
 
 
-def check_case(case: C4Case, cpu_ref: bool) -> tuple[list[dict[str, Any]], dict[str, torch.Tensor]]:
-    """Judge both backends on ``case``; returns the records and the reference caches."""
+def check_case(case: C4Case, cpu_ref: bool, device: str = "cuda", backends: tuple[str, ...] = BACKENDS,
+               platform: Any = None) -> tuple[list[dict[str, Any]], dict[str, torch.Tensor]]:
+    """Judge ``backends`` (default both) on ``case``; returns the records and the reference caches.
+    On ``device`` "cpu" (``--cpu-smoke``) the CPU reference is the only one."""
     recs: list[dict[str, Any]] = []
     base = {"op": case.op, "case": case.label, "T": int(case.args["positions"].numel()),
             "format": case.meta.get("format", ""), "large": bool(case.meta.get("large", False))}
-    wants = {"cuda": run_reference(case, "cuda")}
-    if cpu_ref:
+    wants = {device: run_reference(case, device)}
+    if cpu_ref and device != "cpu":
         wants["cpu"] = run_reference(case, "cpu")
-        recs.append({**base, "backend": "reference@cuda", "reference": "cpu",
-                     **verdict_record(case, wants["cuda"], wants["cpu"])})
-    for backend in BACKENDS:
+        recs.append({**base, "backend": f"reference@{device}", "reference": "cpu",
+                     **verdict_record(case, wants[device], wants["cpu"])})
+    for backend in backends:
         try:
-            got = run_kernel(case, backend)
+            got = run_kernel(case, backend, device, platform)
         except Exception as exc:
             for ref in wants:
                 recs.append({**base, "backend": backend, "reference": ref, "ok": False,
@@ -235,6 +260,15 @@ def judge_recip(case: C4Case, recip: dict, wants: dict[str, torch.Tensor]) -> li
 # ------------------------------------------------------------------------ main
 
 
+def _cute_counter(with_cute: bool) -> Any:
+    """CuTeDSL's compile counter (imports CuTeDSL), or a block yielding None where no CuTeDSL runs."""
+    if not with_cute:
+        return contextlib.nullcontext(None)
+    from dsv4kit.backends.cutedsl import count_cute_compiles
+
+    return count_cute_compiles()
+
+
 def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     groups: dict[tuple, list] = {}
@@ -264,7 +298,7 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True,
                     help="a .json file, or a directory for c4_compress_gpu_check.json")
@@ -276,25 +310,42 @@ def main() -> int:
     ap.add_argument("--no-recip-weights", action="store_true",
                     help="skip the CuTeDSL variant with IEEE_WEIGHTS off (judged on the large cases, "
                          "information)")
-    args = ap.parse_args()
+    ap.add_argument("--cpu-smoke", action="store_true",
+                    help=f"CPU, Triton interpreter ({SMOKE_ARCH}) only: 2 random cases per op and one "
+                         f"production-layout case per op (T={SMOKE_LARGE_T}), CPU reference only; no "
+                         "CuTeDSL, no CUDA reference, no recip-weights variant (tests this script)")
+    args = ap.parse_args(argv)
     out = Path(args.out)
     out = out if out.suffix == ".json" else out / "c4_compress_gpu_check.json"
-    if not torch.cuda.is_available():
-        print("c4_compress_gpu_check: needs a CUDA device", file=sys.stderr)
+    if not args.cpu_smoke and not torch.cuda.is_available():
+        print("c4_compress_gpu_check: needs a CUDA device (none is visible); --cpu-smoke runs the script's "
+              "paths on CPU", file=sys.stderr)
         return 2
-    from dsv4kit.backends.cutedsl import count_cute_compiles
     from dsv4kit.backends.triton import count_triton_compiles
 
-    result: dict[str, Any] = {"provenance": provenance(), "args": vars(args)}
-    log(str(result["provenance"]))
+    _LINES.clear()
+    if args.cpu_smoke:
+        from dsv4kit.platform import cpu_platform
+
+        args.cases, args.large, args.no_recip_weights = 2, "", True
+        device, backends, platform = "cpu", ("triton",), cpu_platform(SMOKE_ARCH)
+        result: dict[str, Any] = {"provenance": provenance({"cpu_smoke": True, "arch": platform.arch}),
+                                  "args": vars(args), "cpu_smoke": True, "skipped": list(SMOKE_SKIPPED)}
+        log(str(result["provenance"]))
+        for note in SMOKE_SKIPPED:
+            log(f"CPU SMOKE: skipped {note}")
+    else:
+        device, backends, platform = "cuda", BACKENDS, None
+        result = {"provenance": provenance(), "args": vars(args)}
+        log(str(result["provenance"]))
     sizes = [int(s) for s in args.large.split(",") if s.strip()]
 
     # 1. warmup
     warm = []
-    for backend in BACKENDS:
+    for backend in backends:
         for op in OPS:
             try:
-                k = SPECS[op].kernel(device="cuda", backend=backend)
+                k = SPECS[op].kernel(device=device, backend=backend, platform=platform)
                 keys = list(dict.fromkeys(key for cfg in CONFIGS for key in k.get_warmup_keys(cfg)))
                 t0 = time.perf_counter()
                 reports = k.warmup(keys=keys)
@@ -316,31 +367,37 @@ def main() -> int:
     recip = {} if args.no_recip_weights else recip_executors(result)
     records: list[dict[str, Any]] = []
     variants: list[dict[str, Any]] = []
-    with count_triton_compiles() as tc, count_cute_compiles() as cc:
+    run = {"device": device, "backends": backends, "platform": platform}
+    with count_triton_compiles() as tc, _cute_counter("cutedsl" in backends) as cc:
         for op in OPS:
             t0 = time.perf_counter()
             for i in range(args.cases):
                 case = random_case(op, i)
-                records += check_case(case, not args.no_cpu_reference)[0]
+                records += check_case(case, not args.no_cpu_reference, **run)[0]
                 if i % 10 == 0:
-                    records += check_case(odd_stride(case), not args.no_cpu_reference)[0]
+                    records += check_case(odd_stride(case), not args.no_cpu_reference, **run)[0]
             log(f"{op}: {args.cases} random cases (+ {(args.cases + 9) // 10} odd block strides) in "
                 f"{time.perf_counter() - t0:.1f} s")
-        for case in large_cases(sizes):
+        for case in (large_cases([SMOKE_LARGE_T], SMOKE_FORMATS, (4,)) if args.cpu_smoke
+                     else large_cases(sizes)):
             t0 = time.perf_counter()
-            recs, wants = check_case(case, not args.no_cpu_reference)
+            recs, wants = check_case(case, not args.no_cpu_reference, **run)
             records += recs
             log(f"{case.label}: judged in {time.perf_counter() - t0:.1f} s")
             if recip:
                 variants += judge_recip(case, recip, wants)
             del wants
-    result["compiles_after_warmup"] = {"triton": tc.count, "cutedsl": cc.count}
+    cute_count = None if cc is None else cc.count
+    result["compiles_after_warmup"] = {"triton": tc.count, "cutedsl": cute_count}
     result["cases"] = records
     result["cutedsl_recip_weights"] = variants
     result["summary"] = summarize(records)
-    log(f"compiles after warmup: triton {tc.count}, cutedsl {cc.count}")
+    log(f"compiles after warmup: triton {tc.count}, cutedsl {cute_count}")
     kernels_ok = all(r["ok"] for r in records if r["backend"] in BACKENDS)
-    ok = kernels_ok and tc.count == 0 and cc.count == 0
+    if args.cpu_smoke and not any(r["backend"] in BACKENDS for r in records):
+        log("no kernel case ran")
+        kernels_ok = False
+    ok = kernels_ok and tc.count == 0 and not cute_count
     result["pass"] = ok
     log(f"ALL CHECKS {'PASS' if ok else 'FAIL'}")
     result["log"] = _LINES
