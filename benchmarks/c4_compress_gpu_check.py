@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     result["summary"] = summarize(records)
     log(f"compiles after warmup: triton {tc.count}, cutedsl {cute_count}")
     kernels_ok = all(r["ok"] for r in records if r["backend"] in BACKENDS)
-    if args.cpu_smoke and not any(r["backend"] in BACKENDS for r in records):
+    if not any(r["backend"] in BACKENDS for r in records):  # a check that judged nothing fails
         log("no kernel case ran")
         kernels_ok = False
     ok = kernels_ok and tc.count == 0 and not cute_count
