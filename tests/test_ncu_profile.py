@@ -1,5 +1,5 @@
-"""``benchmarks/ncu_profile.py`` off the GPU: ncu's raw CSV parsed, labelled in launch order and
-tabled; no GPU means exit 2 (the profiling itself runs only on the H200)."""
+"""``benchmarks/ncu_profile.py`` and ``c4_tuning.py`` off the GPU: ncu's raw CSV parsed, labelled in
+launch order and tabled; no GPU means exit 2 for both (they run only on the H200)."""
 
 from __future__ import annotations
 
@@ -49,3 +49,11 @@ def test_no_gpu_exits_2(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setattr("sys.argv", ["ncu_profile.py", "--out", str(tmp_path)])
     assert ncu.main() == 2
     assert "needs a CUDA device" in capsys.readouterr().err
+
+
+def test_c4_tuning_without_a_gpu_exits_2(tmp_path, monkeypatch, capsys) -> None:
+    """``benchmarks/c4_tuning.py`` (the C4 grid sweep) says it needs a GPU instead of failing deep inside."""
+    tuning = load_benchmark("c4_tuning")
+    monkeypatch.setattr("sys.argv", ["c4_tuning.py", "--out", str(tmp_path), "--shapes", "8x2048"])
+    assert tuning.main() == 2
+    assert "needs a CUDA device" in capsys.readouterr().err and not any(tmp_path.iterdir())
