@@ -613,12 +613,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dsv4kit.bench import no_cuda_for, provenance, write_json
+
     a = parse_args(argv)
-    if not a.cpu_smoke and not torch.cuda.is_available():
-        print("c128_compress_gpu_check: needs a CUDA device (none is visible); --cpu-smoke runs the script's "
-              "paths on CPU", file=sys.stderr)
+    if not a.cpu_smoke and no_cuda_for("c128_compress_gpu_check"):
         return 2
-    from dsv4kit.bench import provenance, write_json
     from dsv4kit.platform import cpu_platform, current_platform
     from dsv4kit.results import kernel_source_files, kernel_source_hash
 

@@ -56,7 +56,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dsv4kit.bench import provenance, write_json  # noqa: E402
+from dsv4kit.bench import no_cuda_for, provenance, write_json  # noqa: E402
 from dsv4kit.kernels.c4_compress import SPECS, C4CompressConfig  # noqa: E402
 from dsv4kit.kernels.c4_compress.cases import OPS, C4Case, cpu_copy, judge, make_case, random_case  # noqa: E402
 from dsv4kit.kernels.c4_compress.reference import check_c4_inputs  # noqa: E402
@@ -317,9 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     out = Path(args.out)
     out = out if out.suffix == ".json" else out / "c4_compress_gpu_check.json"
-    if not args.cpu_smoke and not torch.cuda.is_available():
-        print("c4_compress_gpu_check: needs a CUDA device (none is visible); --cpu-smoke runs the script's "
-              "paths on CPU", file=sys.stderr)
+    if not args.cpu_smoke and no_cuda_for("c4_compress_gpu_check"):
         return 2
     from dsv4kit.backends.triton import count_triton_compiles
 

@@ -160,14 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny run under the Triton interpreter")
     a = ap.parse_args(argv)
 
-    from dsv4kit.bench import backend_kernels, provenance
+    from dsv4kit.bench import backend_kernels, no_cuda_for, provenance
     from dsv4kit.kernels import family
     from dsv4kit.platform import cpu_platform, current_platform
     from dsv4kit.results import kernel_source_files, kernel_source_provenance
 
-    if not a.cpu_smoke and not torch.cuda.is_available():
-        print("dequant_gather_gpu_check: needs a CUDA device (none is visible); --cpu-smoke runs the "
-              "script's paths on CPU", file=sys.stderr)
+    if not a.cpu_smoke and no_cuda_for("dequant_gather_gpu_check"):
         return 2
     a.out.mkdir(parents=True, exist_ok=True)
     platform = cpu_platform() if a.cpu_smoke else current_platform()

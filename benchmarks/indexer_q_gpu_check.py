@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dsv4kit.bench import provenance, write_json  # noqa: E402
+from dsv4kit.bench import no_cuda_for, provenance, write_json  # noqa: E402
 from dsv4kit.formats.rope import YarnConfig, build_cos_sin_cache  # noqa: E402
 from dsv4kit.jit import JitMonitor, KeyLedger, WarmupRegistry  # noqa: E402
 from dsv4kit.kernels.indexer_q import SPEC, IndexerQConfig  # noqa: E402
@@ -157,9 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     out = Path(args.out)
     out = out if out.suffix == ".json" else out / "indexer_q_gpu_check.json"
-    if not args.cpu_smoke and not torch.cuda.is_available():
-        print("indexer_q_gpu_check: needs a CUDA device (none is visible); --cpu-smoke runs the script's "
-              "paths on CPU", file=sys.stderr)
+    if not args.cpu_smoke and no_cuda_for("indexer_q_gpu_check"):
         return 2
     from dsv4kit.platform import cpu_platform, current_platform
     from dsv4kit.results import kernel_source_files, kernel_source_provenance

@@ -21,6 +21,7 @@ import json
 import os
 import platform as _platform
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ __all__ = [
     "graph_median_ms",
     "in_request_order",
     "indexer_q_bytes",
+    "no_cuda_for",
     "provenance",
     "run_child",
     "rowquant_bytes",
@@ -55,6 +57,16 @@ __all__ = [
     "write_csv",
     "write_json",
 ]
+
+
+def no_cuda_for(script: str) -> bool:
+    """True, after saying so on stderr, when no CUDA device is visible to the GPU check ``script``
+    (which then exits 2; its ``--cpu-smoke`` runs the script's paths on CPU instead)."""
+    if torch.cuda.is_available():
+        return False
+    print(f"{script}: needs a CUDA device (none is visible); --cpu-smoke runs the script's paths on CPU",
+          file=sys.stderr)
+    return True
 
 
 def provenance(extra: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -134,3 +134,16 @@ def test_graph_timing_is_not_tritons_unordered_harness(fake):
     fake.calls.clear()
     triton_testing.do_bench_cudagraph(fake.fn, rep=10, return_mode="median")
     assert not fake.calls[0]["ordered"]      # documents the race the fix removes
+
+
+def test_no_cuda_for_names_the_script_and_the_smoke_mode(monkeypatch, capsys):
+    import torch
+
+    from dsv4kit.bench import no_cuda_for
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert no_cuda_for("x_gpu_check") is True
+    err = capsys.readouterr().err
+    assert err.startswith("x_gpu_check: needs a CUDA device") and "--cpu-smoke" in err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert no_cuda_for("x_gpu_check") is False and capsys.readouterr().err == ""
