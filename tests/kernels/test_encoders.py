@@ -45,6 +45,29 @@ def test_random_cases_are_bit_exact(hook: str, i: int) -> None:
     assert differing_bytes(got, want) == 0, case.label
 
 
+@pytest.mark.parametrize("t", [1, 2, 3, 5, 17, 33])
+@pytest.mark.parametrize("kv_bs", [2, 4])
+@pytest.mark.parametrize(("hook", "fmt"), FORMATS, ids=lambda v: str(v))
+def test_awkward_t_and_page_alignment_are_bit_exact(hook: str, fmt: dict, kv_bs: int, t: int) -> None:
+    """T not a multiple of a program's rows (the last program's tail), and for the indexer both
+    page-stride paths: kv_bs 2 gives 264-byte pages (a multiple of 4 only), kv_bs 4 528 (of 16)."""
+    case = make_case(hook, t, regime="saturating" if t % 2 else "normal", kv_bs=kv_bs, seed=t, **fmt)
+    got, want = _run(case)
+    assert differing_bytes(got, want) == 0, case.label
+
+
+@pytest.mark.parametrize(("hook", "fmt"), FORMATS, ids=lambda v: str(v))
+def test_padding_slots_inside_a_program_write_nothing(hook: str, fmt: dict) -> None:
+    """Runs of -1 slots (whole tiles, and all but one row of a tile) next to zero rows."""
+    case = make_case(hook, 40, regime="zero", kv_bs=4, **fmt)
+    slots = case.args["kv_slot_mapping"]
+    slots[:20] = -1
+    slots[21:36] = -1
+    case.args["rows"][20] = 3.0
+    got, want = _run(case)
+    assert differing_bytes(got, want) == 0, case.label
+
+
 def test_a_row_with_slot_minus_one_writes_nothing() -> None:
     case = make_case("store_rows_ds", 5, kv_bs=2)
     case.args["kv_slot_mapping"][:] = -1

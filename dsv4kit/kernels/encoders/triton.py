@@ -15,8 +15,15 @@ at multiples of 4: the host checked the page strides). Every rounding is explici
 the CPU interpreter writes the GPU's bytes. The reciprocal of ``fp8_scale`` (E3) is ``div_rn``:
 a plain ``/`` is not correctly rounded on the GPU.
 
-Store-hook mapping: grid ``(T,)``; program ``t`` encodes row ``t`` when its slot is >= 0 and
-does nothing else (no load, no store) otherwise.
+Store-hook mapping (:func:`store_rows_kernel`, :func:`_store_tile`, the same bytes as
+:func:`encode_store`): 4 warps, ``ROWS * SUB`` consecutive rows per program (:func:`tile_rows`: E1 / E2
+two tiles of 2 rows, E3 one of 4, E4 / E5 one of 16: 8 KB of rows each), grid ``cdiv(T, ROWS * SUB)``.
+A tile is ``[G, ROWS, W]`` (E1-E3: the 8 64-blocks, E5: the 4 32-blocks, E4: the row in 4 quarters),
+every block maximum one reduction over the W lanes and registers of a group. Triton picks the
+thread layout from the widest store (16 bytes): E3 / E4 / E5 (E4 / E5: pages a multiple of 16
+bytes, else a 4-byte-store branch) hold 16 consecutive fp32 of one row per thread (4 x 16-byte
+loads), E1 / E2 8 of each of two rows. A row whose slot is < 0 (or beyond T) is not loaded and
+nothing of it is stored; all tiles are loaded before the first store.
 """
 
 from __future__ import annotations
@@ -119,28 +126,129 @@ def encode_store(y, cache_ptr, scale_ptr, slot, kv_bs, page_stride, ENC: tl.cons
                  (e + 127).to(tl.uint8))
 
 
-@triton.jit(do_not_specialize=["kv_bs", "page_stride"],
+@triton.jit
+def _store_tile(y, cache_ptr, inv, slot, live, col, kv_bs, page_stride, ENC: tl.constexpr,
+                PS_ALIGN: tl.constexpr):
+    """Encode the fp32 tile ``y [G, ROWS, W]`` (``y[g, r]``: group ``g``, dims ``col[g]``, of row ``r``)
+    and write the rows that are ``live`` at their ``slot`` (``slot``, ``live``: ``[G, ROWS]``, equal
+    over g). The bytes of :func:`encode_store` on each row. A group is E1-E3's 64-block (W 64), E5's
+    32-block (W 32) or a quarter of E4's row (W 32), so a block maximum is one ``axis=2`` max (E4:
+    then the in-thread ``axis=0`` one)."""
+    blk = tl.arange(0, y.shape[0])[:, None]
+    page_base = (slot // kv_bs) * ((page_stride // PS_ALIGN) * PS_ALIGN)   # page_stride % PS_ALIGN == 0
+    entry = slot % kv_bs
+    f8 = cache_ptr.to(tl.pointer_type(tl.float8e4nv), bitcast=True)
+    b16 = cache_ptr.to(tl.pointer_type(tl.bfloat16), bitcast=True)
+    z = round_bf16(y)
+    if ENC == _E1:
+        e = _q8_exponent(tl.max(tl.abs(z), axis=2))
+        q = round_e4m3(z * pow2(-e)[:, :, None])
+        tok = page_base + entry * _DS_TOKEN
+        tl.store(f8 + tok[:, :, None] + col, q.to(tl.float8e4nv), mask=(live & (blk < 7))[:, :, None])
+        tl.store(b16 + ((tok + 448) // 2)[:, :, None] + (col - 448), z.to(tl.bfloat16),
+                 mask=(live & (blk == 7))[:, :, None])
+        sb = tl.where(blk < 7, e + 127, 0).to(tl.uint8)
+        tl.store(cache_ptr + page_base + kv_bs * _DS_TOKEN + entry * _DS_SCALES + blk, sb, mask=live)
+    elif ENC == _E2:
+        tl.store(b16 + ((page_base + entry * (2 * 64 * y.shape[0])) // 2)[:, :, None] + col,
+                 z.to(tl.bfloat16), mask=live[:, :, None])
+    elif ENC == _E3:
+        v = tl.minimum(tl.maximum(z * inv, -448.0), 448.0)
+        tl.store(f8 + (page_base + entry * (64 * y.shape[0]))[:, :, None] + col,
+                 round_e4m3(v).to(tl.float8e4nv), mask=live[:, :, None])
+    elif ENC == _E4:
+        e = _q8_exponent(tl.max(tl.max(tl.abs(z), axis=2), axis=0))
+        q = round_e4m3(z * pow2(-e)[None, :, None])
+        tl.store(f8 + (page_base + entry * _IDX_FP8_TOKEN)[:, :, None] + col, q.to(tl.float8e4nv),
+                 mask=live[:, :, None])
+        f32 = cache_ptr.to(tl.pointer_type(tl.float32), bitcast=True)
+        at = tl.max((page_base + kv_bs * _IDX_FP8_TOKEN + entry * 4) // 4, axis=0)   # equal over g
+        tl.store(f32 + at, pow2(e), mask=tl.max(live.to(tl.int32), axis=0) != 0)
+    else:
+        tl.static_assert(ENC == _E5)
+        e = _mx_exponent(tl.max(tl.abs(z), axis=2))
+        codes = e2m1_code(z * pow2(-e)[:, :, None])
+        # Pairs (even dim low nibble) combined by a 2-element sum: no split, so the byte address,
+        # written afresh, keeps its contiguity (wide stores, no layout conversion).
+        shape: tl.constexpr = (y.shape[0], y.shape[1], y.shape[2] // 2, 2)
+        packed = tl.sum(tl.reshape(codes, shape) << (tl.arange(0, 2) * 4)[None, None, None, :], axis=3)
+        at = (page_base + entry * _IDX_FP4_TOKEN)[:, :, None] + blk[:, :, None] * (y.shape[2] // 2) + \
+            tl.arange(0, y.shape[2] // 2)[None, None, :]
+        tl.store(cache_ptr + at, packed.to(tl.uint8), mask=live[:, :, None])
+        tl.store(cache_ptr + page_base + kv_bs * _IDX_FP4_TOKEN + entry * 4 + blk, (e + 127).to(tl.uint8),
+                 mask=live)
+
+
+@triton.jit
+def _load_tile(rows_ptr, slot_ptr, t0, T, ROWS: tl.constexpr, G: tl.constexpr, W: tl.constexpr):
+    """Rows ``t0 .. t0 + ROWS - 1`` as ``y [G, ROWS, W]`` (nothing read for a row with slot < 0 or
+    beyond T), their slots and liveness ``[G, ROWS]`` and the dims ``col [G, 1, W]``."""
+    t = t0 + tl.broadcast_to(tl.arange(0, ROWS)[None, :], (G, ROWS))
+    slot = tl.load(slot_ptr + t, mask=t < T, other=-1)   # a row's G copies: one address
+    live = slot >= 0
+    col = tl.arange(0, G)[:, None, None] * W + tl.arange(0, W)[None, None, :]
+    y = tl.load(rows_ptr + t[:, :, None] * (G * W) + col, mask=live[:, :, None])
+    return y, slot, live, col
+
+
+@triton.jit(do_not_specialize=["kv_bs", "page_stride", "T"],
             do_not_specialize_on_alignment=["slot_ptr", "scale_ptr"])
 def store_rows_kernel(
-    rows_ptr,            # fp32 [T, 64 NB], contiguous
+    rows_ptr,            # fp32 [T, G W], contiguous
     cache_ptr,           # uint8: the cache from its first page (StoreOperands.cache)
     slot_ptr,            # int64 [T]
     scale_ptr,           # fp32 [1]: fp8_scale (E3), otherwise never read
     kv_bs: tl.int32,
     page_stride: tl.int64,
+    T: tl.int64,
     ENC: tl.constexpr,
-    NB: tl.constexpr,
+    ROWS: tl.constexpr,  # rows per tile
+    SUB: tl.constexpr,   # tiles per program (1 or 2), all loaded before the first store
+    G: tl.constexpr,     # groups per row
+    W: tl.constexpr,     # dims per group
 ):
-    t = tl.program_id(0).to(tl.int64)
-    slot = tl.load(slot_ptr + t)
-    if slot >= 0:
-        d = tl.arange(0, NB)[:, None] * 64 + tl.arange(0, 64)[None, :]
-        y = tl.load(rows_ptr + t * (64 * NB) + d)
-        encode_store(y, cache_ptr, scale_ptr, slot, kv_bs, page_stride, ENC, NB)
+    t0 = tl.program_id(0).to(tl.int64) * (ROWS * SUB)
+    y, slot, live, col = _load_tile(rows_ptr, slot_ptr, t0, T, ROWS, G, W)
+    if SUB == 2:
+        y1, slot1, live1, col1 = _load_tile(rows_ptr, slot_ptr, t0 + ROWS, T, ROWS, G, W)
+    inv = 1.0
+    if ENC == _E3:
+        inv = tl.div_rn(1.0, tl.load(scale_ptr))   # fl(1 / fp8_scale), once per program
+    if (ENC == _E4) or (ENC == _E5):
+        # Indexer pages are multiples of 4 bytes (host-checked); of 16 (kv_bs % 4 == 0, production)
+        # the entries are 16-byte aligned: wide stores, and a layout of one row per 8 lanes.
+        if page_stride % 16 == 0:
+            _store_tile(y, cache_ptr, inv, slot, live, col, kv_bs, page_stride, ENC, 16)
+        else:
+            _store_tile(y, cache_ptr, inv, slot, live, col, kv_bs, page_stride, ENC, 4)
+    else:
+        _store_tile(y, cache_ptr, inv, slot, live, col, kv_bs, page_stride, ENC, 16)
+        if SUB == 2:
+            _store_tile(y1, cache_ptr, inv, slot1, live1, col1, kv_bs, page_stride, ENC, 16)
+
+
+def _groups(key: Any) -> tuple[int, int]:
+    """(groups per row, dims per group) of the key's encoder: its scale blocks, one reduction axis."""
+    enc = key_encoder(key)
+    return (4, 32) if enc in (E4, E5) else (key.head_size // 64, 64)
+
+
+def tile_rows(key: Any) -> tuple[int, int]:
+    """(rows per tile, tiles per program): 8 KB of rows in flight per program of 4 warps. E1 / E2
+    write bf16, at most 8 per thread and store (16 bytes), so their tiles are 2 rows and the loads
+    take that layout too (a 4-row tile would go through shared memory); E3 / E4 / E5 keep 16 fp32
+    of one row per thread."""
+    enc = key_encoder(key)
+    return (2, 2) if enc in (E1, E2) else (4, 1) if enc == E3 else (16, 1)
+
+
+def rows_per_program(key: Any) -> int:
+    rows, sub = tile_rows(key)
+    return rows * sub
 
 
 class _StoreRowsTriton:
-    """The launch every hook shares (a mixin): one program per row, the key's encoder."""
+    """The launch every hook shares (a mixin): :func:`rows_per_program` rows per program."""
 
     kernel_fn = store_rows_kernel
     params = {
@@ -150,19 +258,23 @@ class _StoreRowsTriton:
         "scale_ptr": Ptr(torch.float32, aligned=False),
         "kv_bs": Runtime(),
         "page_stride": Runtime(),
+        "T": Runtime(),
         "ENC": FromKey(key_encoder),
-        "NB": FromKey(lambda key: key.head_size // 64),
+        "ROWS": FromKey(lambda key: tile_rows(key)[0]),
+        "SUB": FromKey(lambda key: tile_rows(key)[1]),
+        "G": FromKey(lambda key: _groups(key)[0]),
+        "W": FromKey(lambda key: _groups(key)[1]),
     }
 
     def launch_options(self, key: Any) -> dict[str, Any]:
-        return {"num_warps": 4 if key.head_size > 128 else 1}
+        return {"num_warps": 4}
 
     def grid(self, key: Any, args: Mapping[str, Any]) -> tuple[int, ...]:
-        return (args["slot_ptr"].shape[0],)
+        return (triton.cdiv(args["T"], rows_per_program(key)),)
 
     def launch_args(self, key: Any, rows: torch.Tensor, kv_slot_mapping: torch.Tensor, ops: StoreOperands,
                     t: int) -> tuple[Any, ...]:
-        return (rows, ops.cache, kv_slot_mapping, ops.scale, ops.kv_bs, ops.page_stride)
+        return (rows, ops.cache, kv_slot_mapping, ops.scale, ops.kv_bs, ops.page_stride, t)
 
 
 class StoreRowsDsTriton(_StoreRowsTriton, StoreRowsDsBase, TritonJitKernel["StoreRowsDsBase.CompileKey"]):
