@@ -30,10 +30,12 @@ Stores (bytes from the cache's first page, entry ``slot % kv_bs`` of page ``slot
 * E5: one 2-byte store of 4 packed E2M1 codes (even dim in the low nibble) at
   ``entry * 64 + 2 l``; lane 0 the 4 ue8m0 bytes (block 0 lowest) at ``kv_bs * 64 + entry * 4``.
 
-Store-hook mapping: CTAs of :data:`WARPS` warps; warp ``w`` of CTA ``b`` owns row
-``t = b * WARPS + w`` (``t < T``). All its lanes read ``kv_slot_mapping[t]``; a row whose slot
-is < 0 is neither loaded nor stored. Otherwise lane ``l`` loads its ``EPT`` fp32 (16-byte
-loads) and the warp calls :func:`encode_store`. Both branches are warp-uniform.
+Store-hook mapping: CTAs of :data:`WARPS` warps; warp ``w`` of CTA ``b`` owns the ``R =``
+:func:`rows_per_warp` rows ``t = (b * WARPS + w) * R + r`` (``t < T``; R = 1 for head 512, 4 for
+the indexer). All its lanes read ``kv_slot_mapping[t]`` of each; a row whose slot is < 0 is
+neither loaded nor stored. Lane ``l`` first loads its ``EPT`` fp32 of every stored row (16-byte
+loads, all R in flight), then the warp calls :func:`encode_store` row after row. The branches are
+warp-uniform.
 
 Numerics (spec §2.1): bf16 by the integer RNE of :func:`~dsv4kit.kernels.cute_numerics.
 round_bf16`, e4m3 by the hardware RNE conversion (``cvt.rn.satfinite.e4m3x2.f32``), E2M1 by
@@ -69,7 +71,7 @@ from dsv4kit.kernels.encoders.spec import (
 )
 
 __all__ = ["StoreRowsDsCuTeDSL", "StoreRowsIndexerCuTeDSL", "StoreRowsPlainCuTeDSL", "WARPS", "cache_align",
-           "div_rn", "elems_per_lane", "encode_store", "store_rows_host"]
+           "div_rn", "elems_per_lane", "encode_store", "rows_per_warp", "store_rows_host"]
 
 #: Warps (rows) per CTA of the store hook.
 WARPS = 4
@@ -271,6 +273,12 @@ def encode_store(y: cute.Tensor, mCache: cute.Tensor, mScale: cute.Tensor, slot:
             cute.autovec_copy(sw, _at(mCache, at, Uint32, 1, 4))
 
 
+def rows_per_warp(nb: int) -> int:
+    """Rows each warp stores: 1 for head 512 (64 bytes per lane already); 4 for the indexer's 128-dim
+    rows, so a lane has 4 x 16-byte loads in flight (its 4 rows' loads issue before the first encode)."""
+    return 1 if nb > 2 else 4
+
+
 @cute.kernel
 def _store_rows_kernel(
     mRows: cute.Tensor,      # fp32 [T * 64 NB] (rows flat, contiguous, 16-byte aligned)
@@ -283,18 +291,28 @@ def _store_rows_kernel(
     nb: cutlass.Constexpr,
 ):
     ept = elems_per_lane(nb)
+    rpw = rows_per_warp(nb)
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     lane = tidx % 32
-    t = bidx * WARPS + tidx // 32
-    if t < mSlot.shape[0]:
-        slot = mSlot[t]
-        if slot >= Int64(0):
-            y = cute.make_rmem_tensor(ept, Float32)
-            off = Int64(t) * Int64(64 * nb) + Int64(lane * ept)
+    t0 = (bidx * WARPS + tidx // 32) * rpw
+    n = mSlot.shape[0]
+    # Every row's slot and (when it is stored) fp32 values first, then the encodes: all loads in flight.
+    # (Register tensors: values written inside a runtime branch stay valid after it.)
+    slots = cute.make_rmem_tensor(rpw, Int64)
+    ys = [cute.make_rmem_tensor(ept, Float32) for _ in range(rpw)]
+    for r in cutlass.range_constexpr(rpw):
+        slots[r] = Int64(-1)
+        if t0 + r < n:
+            slots[r] = mSlot[t0 + r]
+    for r in cutlass.range_constexpr(rpw):
+        if slots[r] >= Int64(0):
+            off = Int64(t0 + r) * Int64(64 * nb) + Int64(lane * ept)
             src = cute.make_tensor(mRows.iterator + cute.assume(off, divby=4), cute.make_layout(ept))
-            cute.autovec_copy(src, y)
-            encode_store(y, mCache, mScale, slot, kv_bs, page_stride, enc, nb)
+            cute.autovec_copy(src, ys[r])
+    for r in cutlass.range_constexpr(rpw):
+        if slots[r] >= Int64(0):
+            encode_store(ys[r], mCache, mScale, slots[r], kv_bs, page_stride, enc, nb)
 
 
 @cute.jit
@@ -309,10 +327,11 @@ def store_rows_host(
     enc: cutlass.Constexpr,
     nb: cutlass.Constexpr,
 ):
-    """Launch the store hook: ``ceil(T / WARPS)`` CTAs of ``32 * WARPS`` threads, one row per warp."""
+    """Launch the store hook: ``ceil(T / (WARPS * rows_per_warp))`` CTAs of ``32 * WARPS`` threads."""
     n = mSlot.shape[0]
+    per_cta = WARPS * rows_per_warp(nb)
     _store_rows_kernel(mRows, mCache, mSlot, mScale, kv_bs, page_stride, enc, nb).launch(
-        grid=[(n + WARPS - 1) // WARPS, 1, 1], block=[32 * WARPS, 1, 1], stream=stream)
+        grid=[(n + per_cta - 1) // per_cta, 1, 1], block=[32 * WARPS, 1, 1], stream=stream)
 
 
 class _StoreRowsCuTeDSL:
