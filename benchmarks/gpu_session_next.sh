@@ -6,6 +6,7 @@
 #     bash benchmarks/gpu_session_next.sh bench2 OUT_DIR    # issue 16: K3, K4, C4 (K5/K6a/K6b), C128 (K7) sweeps
 #     bash benchmarks/gpu_session_next.sh bench3 OUT_DIR    # issue 16: K7 (in order), K8a/K8b, E1-E5 sweeps, host
 #     bash benchmarks/gpu_session_next.sh verify OUT_DIR    # issue 16: GPU numerics of changed kernels, plans
+#     bash benchmarks/gpu_session_next.sh verify2 OUT_DIR   # issue 16: E1-E5 and K7 numerics, then their sweeps
 #     bash benchmarks/gpu_session_next.sh bench4 OUT_DIR    # issue 16: C4 and K1/K2 sweeps
 #     bash benchmarks/gpu_session_next.sh ncu OUT_DIR       # issue 16: Nsight Compute counters (NCU_FAMILIES)
 # Before the store phase, on the CPU machine: bash benchmarks/prepare_gpu_store.sh, then carry
@@ -13,7 +14,7 @@
 # has its own time limit and log; one that fails or times out does not stop the others.
 # Everything ends up in OUT_DIR/records.tar.gz and OUT_DIR/session.log.
 set -u
-usage="usage: gpu_session_next.sh pipeline|store|bench1|bench2|bench3|verify|bench4|ncu OUT_DIR"
+usage="usage: gpu_session_next.sh pipeline|store|bench1|bench2|bench3|verify|verify2|bench4|ncu OUT_DIR"
 source "$(dirname "$0")/gpu_session_lib.sh"
 session_begin "$usage" "$@"
 host_step() {  # issue 16's host-overhead table, real launches
@@ -53,6 +54,11 @@ verify)
         --cases 30 --no-recip-weights
     step indexer_q_check 150 python3 benchmarks/indexer_q_gpu_check.py --out "$work/indexer_q_h200" --cases 30
     step launch_plans 120 python3 benchmarks/launch_plans_gpu_check.py --out "$work/launch_plans_h200" ;;
+verify2)  # the store hooks (E1-E5) and K7 changed: every byte / the rule on the GPU first, then the sweeps
+    step encoders_check 150 python3 benchmarks/encoders_gpu_check.py --out "$work/encoders_h200" --cases-per-encoder 48
+    step c128_check 200 python3 benchmarks/c128_compress_gpu_check.py --out "$work/c128_compress_h200" --cases 30
+    bench_step store_rows 110
+    bench_step c128_compress 110 ;;
 bench4)
     bench_step c4_compress 200
     bench_step indexer_q 140
