@@ -27,7 +27,8 @@ bench_step() {  # bench_step PLAN SECONDS: one dsv4kit bench sweep, its own JSON
 }
 case $phase in
 pipeline)
-    step pipeline 560 python3 benchmarks/pipeline_gpu.py --out "$work/pipeline_h200" --timeout 120 ;;
+    step pipeline 560 python3 benchmarks/pipeline_gpu.py --out "$work/pipeline_h200" --timeout 280 --deadline 530 \
+        --jobs "${PIPELINE_JOBS:-4}" ;;
 store)
     [ -f .carry-store/store.tar.gz ] || { echo "no .carry-store/store.tar.gz: run prepare_gpu_store.sh" | tee -a "$log"; }
     step store_load 240 python3 benchmarks/store_load_check.py --import .carry-store/store.tar.gz \

@@ -2,7 +2,8 @@
 """The DSv4 pipeline replay on real tensors on a GPU: every family, both backends, judged per step.
 
     python3 benchmarks/pipeline_gpu.py --out DIR [--configs a,b] [--backends cutedsl,triton]
-        [--max-model-len 8192] [--max-num-seqs 4] [--timeout 900] [--cpu-smoke]
+        [--max-model-len 8192] [--max-num-seqs 4] [--timeout 900] [--jobs N] [--deadline S]
+        [--cpu-smoke]
 
 For each configuration of ``benchmarks/replay_gpu.py`` (DSv4-Flash default, MXFP4 indexer cache,
 plain-row e4m3 caches, bf16 plain rows at B = 64, B = 64, DSv4-Pro, forced Triton, a bf16 RoPE
@@ -24,7 +25,8 @@ a configuration that already forces one runs only that one) the script
    workspaces bit-exact; compressed caches by the compressor rule; K7 rows by the FP32 rule).
 
 Each (configuration, backend) runs in its own process (``--only NAME --backend B``), so a device
-fault in one is recorded with its log tail and the others still run.
+fault in one is recorded with its log tail and the others still run; ``--jobs N`` runs N of these
+processes at once on the one GPU (each holds its two pipelines' pools: size N by GPU memory).
 
 Writes to DIR: ``report.json`` (``provenance`` and per run: settings, warmup rows, trace, op calls
 per family, steps compared / conforming, the first failing verdicts, elements bit-identical per
@@ -47,6 +49,7 @@ import sys
 import time
 import traceback
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -241,6 +244,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-num-seqs", type=int, default=4, help="sequences the pools hold (default 4)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=900, help="seconds per run (default 900)")
+    ap.add_argument("--deadline", type=float, default=None,
+                    help="seconds for the whole script: later runs are not started, the report is written")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="runs at once, each its own process on the one GPU (default 1)")
     ap.add_argument("--blocking", action="store_true", help="CUDA_LAUNCH_BLOCKING=1 in each run")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="no GPU: a 3-layer model under the Triton interpreter (tests the script)")
@@ -264,20 +271,26 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     todo = runs(args)
     hashes = {f.name: kernel_source_hash(f.name) for f in families(model=True)}
-    prov = provenance({"script": SCRIPT, "seed": args.seed, "max_model_len": args.max_model_len,
+    prov = provenance({"script": SCRIPT, "seed": args.seed, "jobs": args.jobs, "max_model_len": args.max_model_len,
                        "max_num_seqs": args.max_num_seqs, "blocking": args.blocking,
                        "cpu_smoke": args.cpu_smoke, "runs": [f"{n}/{b}" for n, b in todo],
                        "kernel_source_hash": hashes})
     write_json(out / "provenance.json", prov)
     env = {**os.environ, **({"CUDA_LAUNCH_BLOCKING": "1"} if args.blocking else {})}
-    results = []
-    for name, backend in todo:
+    start = time.perf_counter()
+
+    def one(run: tuple[str, str]) -> dict[str, Any]:
+        name, backend = run
+        left = args.deadline - (time.perf_counter() - start) if args.deadline else args.timeout
+        if left < 30:  # not started: the report is written in time, and says so
+            log(f"{name} / {backend}: NOT RUN (deadline)")
+            return {"config": name, "backend": backend, "ok": False, "error": "not run: --deadline reached"}
         cmd = [sys.executable, str(Path(__file__).resolve()), "--out", str(out), "--only", name,
                "--backend", backend, "--seed", str(args.seed), "--max-model-len", str(args.max_model_len),
                "--max-num-seqs", str(args.max_num_seqs)] + (["--cpu-smoke"] if args.cpu_smoke else [])
         log(f"--- {name} / {backend}")
         t0 = time.perf_counter()
-        rc, text = run_child(cmd, env, args.timeout)
+        rc, text = run_child(cmd, env, min(args.timeout, left))
         (out / f"run_{name}_{backend}.log").write_text(text)
         path = out / f"run_{name}_{backend}.json"
         if rc == 0 and path.exists():
@@ -287,9 +300,14 @@ def main(argv: list[str] | None = None) -> int:
                       "error": text.strip().splitlines()[-1] if text.strip() else "no output"}
         if not result["ok"]:
             result["log_tail"] = text[-4000:]
-        results.append(result)
-        log(f"{name} / {backend}: {'OK' if result['ok'] else 'FAILED'} ({time.perf_counter() - t0:.0f} s)"
+        result["wall_seconds"] = round(time.perf_counter() - t0, 1)
+        log(f"{name} / {backend}: {'OK' if result['ok'] else 'FAILED'} ({result['wall_seconds']:.0f} s)"
             + (f": {result['error']}" if result.get("error") else ""))
+        return result
+
+    # Runs are independent processes: --jobs of them share the GPU (the report keeps run order).
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        results = list(pool.map(one, todo))
     write_json(out / "report.json", {"provenance": prov, "results": results})
     md = markdown(prov, results, args.cpu_smoke)
     (out / "report.md").write_text(md)

@@ -20,7 +20,7 @@ def script():
 
 
 def test_the_cpu_smoke_run_conforms_and_writes_every_file(script, tmp_path: Path) -> None:
-    rc = script.main(["--cpu-smoke", "--out", str(tmp_path)])
+    rc = script.main(["--cpu-smoke", "--jobs", "2", "--out", str(tmp_path)])   # both runs at once
     report = json.loads((tmp_path / "report.json").read_text())
     results = report["results"]
     assert rc == 0, [(r["config"], r.get("error"), r.get("failures")) for r in results]
@@ -42,7 +42,7 @@ def test_the_cpu_smoke_run_conforms_and_writes_every_file(script, tmp_path: Path
                                           "c128_compress", "c128_norm_rope_store_plain", "indexer_q"}
     assert plain["settings"]["block_size"] == "64"
     prov = json.loads((tmp_path / "provenance.json").read_text())
-    assert prov["cpu_smoke"] and prov["script"] == "benchmarks/pipeline_gpu.py"
+    assert prov["cpu_smoke"] and prov["script"] == "benchmarks/pipeline_gpu.py" and prov["jobs"] == 2
     assert set(prov["kernel_source_hash"]) >= set(ds["family_calls"]) | set(plain["family_calls"])
     assert report["provenance"] == prov
     md = (tmp_path / "report.md").read_text()
@@ -61,6 +61,14 @@ def test_every_configuration_runs_on_both_backends_unless_it_forces_one(script) 
     assert script.runs(one) == [("pro-default", "triton")]
     with pytest.raises(SystemExit, match="unknown configuration"):
         script.runs(script.parse_args(["--out", "x", "--configs", "nope"]))
+
+
+def test_a_run_past_the_deadline_is_not_started_and_the_report_says_so(script, tmp_path: Path) -> None:
+    assert script.main(["--cpu-smoke", "--deadline", "1", "--out", str(tmp_path)]) == 1
+    results = json.loads((tmp_path / "report.json").read_text())["results"]
+    assert [r["config"] for r in results] == list(script.SMOKE_CONFIGS)
+    assert all(not r["ok"] and r["error"] == "not run: --deadline reached" for r in results)
+    assert not list(tmp_path.glob("run_*.log"))
 
 
 def test_without_a_gpu_the_script_says_so(script, tmp_path: Path, monkeypatch, capsys) -> None:

@@ -121,11 +121,10 @@ def judge_entries(
     page_bytes = got.stride(0) * esize
     rg, rw = span_bytes(got), span_bytes(want)
     judged = torch.zeros_like(rg, dtype=torch.bool)
-    for s in slots.tolist():
-        page, entry = divmod(s, kv_bs)
-        for mult, off, size in _regions(kind, use_fp4, kv_bs, esize):
-            o = page * page_bytes + off + entry * mult
-            judged[o : o + size] = True
+    page, entry = slots.cpu().div(kv_bs, rounding_mode="floor"), slots.cpu().remainder(kv_bs)
+    for mult, off, size in _regions(kind, use_fp4, kv_bs, esize):   # every slot's region bytes at once
+        start = page * page_bytes + off + entry * mult
+        judged[(start[:, None] + torch.arange(size)).flatten()] = True
     other_equal = bool(torch.equal(rg[~judged], rw[~judged]))
     reports = _reports(kind, got, want, slots.cpu(), m, y, fp8_scale, use_fp4) if len(slots) else {}
     return Verdict(label, reports, len(slots), other_equal)
