@@ -31,9 +31,13 @@ pipeline)
         --jobs "${PIPELINE_JOBS:-4}" ;;
 store)
     [ -f .carry-store/store.tar.gz ] || { echo "no .carry-store/store.tar.gz: run prepare_gpu_store.sh" | tee -a "$log"; }
-    step store_load 240 python3 benchmarks/store_load_check.py --import .carry-store/store.tar.gz \
+    step store_load 150 python3 benchmarks/store_load_check.py --import .carry-store/store.tar.gz \
         --cache-dir "$work/store" --out "$work/store_load_h200" --device cuda --steps 8
-    step warmup_timing 300 python3 benchmarks/warmup_timing.py --out "$work/warmup_h200" ;;
+    # the pipeline replay on real tensors, warmed from that store with Triton's own cache empty
+    TRITON_CACHE_DIR=$(mktemp -d) step pipeline_store 190 python3 benchmarks/pipeline_gpu.py \
+        --out "$work/pipeline_store_h200" --configs flash-default --cache-dir "$work/store" \
+        --jobs 2 --timeout 180 --deadline 180
+    step warmup_timing 220 python3 benchmarks/warmup_timing.py --out "$work/warmup_h200" ;;
 bench1)
     step launch_plans 120 python3 benchmarks/launch_plans_gpu_check.py --out "$work/launch_plans_h200"
     host_step

@@ -3,7 +3,7 @@
 
     python3 benchmarks/pipeline_gpu.py --out DIR [--configs a,b] [--backends cutedsl,triton]
         [--max-model-len 8192] [--max-num-seqs 4] [--timeout 900] [--jobs N] [--deadline S]
-        [--cpu-smoke]
+        [--cache-dir STORE] [--cpu-smoke]
 
 For each configuration of ``benchmarks/replay_gpu.py`` (DSv4-Flash default, MXFP4 indexer cache,
 plain-row e4m3 caches, bf16 plain rows at B = 64, B = 64, DSv4-Pro, forced Triton, a bf16 RoPE
@@ -102,10 +102,12 @@ def limits(settings: dict[str, Any], smoke: bool, max_model_len: int, max_num_se
     return dict(max_num_batched_tokens=2048, max_num_seqs=max_num_seqs, max_model_len=max_model_len)
 
 
-def run_one(name: str, backend: str, smoke: bool, max_model_len: int, max_num_seqs: int, seed: int
-            ) -> dict[str, Any]:
-    """One configuration on one backend: warm, run the trace against the reference pipeline."""
+def run_one(name: str, backend: str, smoke: bool, max_model_len: int, max_num_seqs: int, seed: int,
+            cache_dir: str | None = None) -> dict[str, Any]:
+    """One configuration on one backend: warm (from the artifact store ``cache_dir`` if given), run
+    the trace against the reference pipeline."""
     from dsv4kit.backends.triton import count_triton_compiles
+    from dsv4kit.jit import ArtifactStore
     from dsv4kit.model.pipeline import Pipeline, compare, request_trace
     from dsv4kit.model.stack import DSv4AttentionStack
     from dsv4kit.platform import cpu_platform, detect_platform
@@ -122,11 +124,13 @@ def run_one(name: str, backend: str, smoke: bool, max_model_len: int, max_num_se
     out: dict[str, Any] = {"config": name, "backend": backend, "ok": False,
                            "settings": {k: str(v) for k, v in settings.items()}, "describe": stack.describe()}
     t0 = time.perf_counter()
-    kernels = Pipeline(stack, seed=seed)
+    kernels = Pipeline(stack, seed=seed, store=None if cache_dir is None else ArtifactStore(cache_dir))
     refs = Pipeline(stack, seed=seed, backend="reference")
     warmup = kernels.report.warmup
+    origins = Counter(r.get("origin") for r in warmup.rows()) if warmup else Counter()
     out.update(warmup=warmup.rows() if warmup else [], warmup_seconds=time.perf_counter() - t0,
-               warmup_ok=bool(warmup and warmup.ok))
+               warmup_ok=bool(warmup and warmup.ok), store_hits=origins["hit"],
+               store_compiled=origins["compiled"] if cache_dir else None)
     log(warmup.table() if warmup else "no warmup")
     trace = request_trace(stack, requests(smoke, stack.max_model_len), seed=seed)
     out["trace"] = {"steps": len(trace), "phases": dict(Counter(s.phase for s in trace)),
@@ -208,7 +212,7 @@ def child(args: argparse.Namespace) -> int:
     path = Path(args.out) / f"run_{args.only}_{args.backend}.json"
     try:
         result = run_one(args.only, args.backend, args.cpu_smoke, args.max_model_len, args.max_num_seqs,
-                         args.seed)
+                         args.seed, args.cache_dir)
     except Exception as exc:  # recorded, not lost: the parent reports it with the log tail
         traceback.print_exc()
         result = {"config": args.only, "backend": args.backend, "ok": False,
@@ -223,15 +227,19 @@ def markdown(prov: dict[str, Any], results: list[dict[str, Any]], smoke: bool) -
              f"commit `{prov.get('commit')}` · {prov.get('date')} · torch {prov.get('torch')} · "
              f"triton {prov.get('triton')} · cutlass-dsl {prov.get('nvidia-cutlass-dsl')}", "",
              "| config | backend | ok | steps conforming | op calls | history tokens | compiles after warmup "
-             "(monitor; triton, cute) | s |", "|---" * 8 + "|"]
+             "(monitor; triton, cute) | warmup from the store (hits / compiled) | s |", "|---" * 9 + "|"]
     for r in results:
         lines.append(
             f"| {r['config']} | {r['backend']} | {'yes' if r['ok'] else '**NO**'} | "
             f"{r.get('steps_ok', 0)}/{r.get('steps_compared', 0)} | {r.get('op_calls', 0)} | "
             f"{r.get('history_tokens', 0)} | {len(r.get('monitor_events', []))}; "
             f"{r.get('triton_runtime_compiles')}, {r.get('cute_runtime_compiles')} | "
-            f"{r.get('seconds', 0):.1f} |" + (f" {r['error']}" if r.get("error") else ""))
+            f"{_store_cell(r)} | {r.get('seconds', 0):.1f} |" + (f" {r['error']}" if r.get("error") else ""))
     return "\n".join(lines) + "\n"
+
+
+def _store_cell(r: dict[str, Any]) -> str:
+    return "-" if r.get("store_compiled") is None else f"{r.get('store_hits')} / {r['store_compiled']}"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -244,6 +252,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-num-seqs", type=int, default=4, help="sequences the pools hold (default 4)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=900, help="seconds per run (default 900)")
+    ap.add_argument("--cache-dir", default=None,
+                    help="warm every run from this artifact store (its report counts hits / compiled)")
     ap.add_argument("--deadline", type=float, default=None,
                     help="seconds for the whole script: later runs are not started, the report is written")
     ap.add_argument("--jobs", type=int, default=1,
@@ -271,8 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     todo = runs(args)
     hashes = {f.name: kernel_source_hash(f.name) for f in families(model=True)}
-    prov = provenance({"script": SCRIPT, "seed": args.seed, "jobs": args.jobs, "max_model_len": args.max_model_len,
-                       "max_num_seqs": args.max_num_seqs, "blocking": args.blocking,
+    prov = provenance({"script": SCRIPT, "seed": args.seed, "jobs": args.jobs, "cache_dir": args.cache_dir,
+                       "max_model_len": args.max_model_len, "max_num_seqs": args.max_num_seqs,
+                       "blocking": args.blocking,
                        "cpu_smoke": args.cpu_smoke, "runs": [f"{n}/{b}" for n, b in todo],
                        "kernel_source_hash": hashes})
     write_json(out / "provenance.json", prov)
@@ -288,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--out", str(out), "--only", name,
                "--backend", backend, "--seed", str(args.seed), "--max-model-len", str(args.max_model_len),
                "--max-num-seqs", str(args.max_num_seqs)] + (["--cpu-smoke"] if args.cpu_smoke else [])
+        cmd += ["--cache-dir", args.cache_dir] if args.cache_dir else []
         log(f"--- {name} / {backend}")
         t0 = time.perf_counter()
         rc, text = run_child(cmd, env, min(args.timeout, left))

@@ -47,6 +47,7 @@ def test_the_cpu_smoke_run_conforms_and_writes_every_file(script, tmp_path: Path
     assert report["provenance"] == prov
     md = (tmp_path / "report.md").read_text()
     assert "CPU smoke" in md and "| flash-default | triton | yes | 3/3 |" in md
+    assert all(r["store_compiled"] is None for r in results)         # no --cache-dir: no store
     for n in script.SMOKE_CONFIGS:
         assert (tmp_path / f"run_{n}_triton.log").read_text().strip()
 
@@ -69,6 +70,19 @@ def test_a_run_past_the_deadline_is_not_started_and_the_report_says_so(script, t
     assert [r["config"] for r in results] == list(script.SMOKE_CONFIGS)
     assert all(not r["ok"] and r["error"] == "not run: --deadline reached" for r in results)
     assert not list(tmp_path.glob("run_*.log"))
+
+
+def test_a_run_warmed_from_a_store_counts_its_hits(script, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    for i in (1, 2):       # the first run fills the store, the second loads every key from it
+        out = tmp_path / f"run{i}"
+        assert script.main(["--cpu-smoke", "--configs", "flash-default", "--cache-dir", str(store),
+                            "--out", str(out)]) == 0
+        (r,) = json.loads((out / "report.json").read_text())["results"]
+        keys = len(r["warmup"])
+        assert r["ok"] and keys > 0
+        assert (r["store_hits"], r["store_compiled"]) == ((0, keys) if i == 1 else (keys, 0))
+    assert f"| {keys} / 0 |" in (out / "report.md").read_text()
 
 
 def test_without_a_gpu_the_script_says_so(script, tmp_path: Path, monkeypatch, capsys) -> None:

@@ -62,7 +62,7 @@ from dsv4kit.formats.indexer_cache import allocate_indexer_cache
 from dsv4kit.formats.plain_row import allocate_plain_cache, store_rows_plain
 from dsv4kit.formats.rope import build_cos_sin_cache, compressed_position
 from dsv4kit.formats.state_cache import allocate_state_cache
-from dsv4kit.jit import JitMonitor, WarmupReport
+from dsv4kit.jit import ArtifactStore, JitMonitor, WarmupReport
 from dsv4kit.model.presets import CompressorPreset
 from dsv4kit.model.stack import AttentionLayer, DSv4AttentionStack
 from dsv4kit.model.trace import SeqChunk, ServingTrace, Step, TraceLimits
@@ -398,12 +398,13 @@ class Pipeline:
     ``"reference"`` (each family's reference). ``terms``: keep the term magnitudes of the
     compressed entries written (what :func:`compare` reads from the reference side; default: on
     for references). ``debug_checks`` is passed to the ops (default: the op's own, on under the
-    CPU interpreter). ``warm``: warm the registry (kernel pipelines).
+    CPU interpreter). ``warm``: warm the registry (kernel pipelines); ``store``: from this artifact
+    store (hits loaded, misses compiled into it; the warmup report says which per key).
     """
 
     def __init__(self, stack: DSv4AttentionStack, *, seed: int = 0, backend: str | None = None,
                  terms: bool | None = None, debug_checks: bool | None = None, warm: bool = True,
-                 monitor: str = "error") -> None:
+                 monitor: str = "error", store: ArtifactStore | None = None) -> None:
         if backend not in (None, "reference"):
             raise input_error(WHERE, "backend", "None (the stack's kernels) or 'reference'", repr(backend))
         if stack.block_size < 1:
@@ -418,7 +419,7 @@ class Pipeline:
         warmup = None
         if backend is None and warm:
             with use_platform(stack.platform):
-                warmup = stack.registry.warmup(progress=False)
+                warmup = stack.registry.warmup(progress=False, store=store)
             if not warmup.ok:
                 raise RuntimeError(f"{WHERE}: warmup failed:\n{warmup.table()}")
         self._rng = random.Random(_seed(seed, "blocks"))
