@@ -2,6 +2,7 @@
 # The device calls that issues 14, 15 and 16 wait for, one phase per call (a call runs <= 600 s):
 #     bash benchmarks/gpu_session_next.sh pipeline OUT_DIR  # issue 14: the pipeline replay on real tensors
 #     bash benchmarks/gpu_session_next.sh store OUT_DIR     # issue 15: the CPU-built store, loaded here
+#     bash benchmarks/gpu_session_next.sh finish OUT_DIR    # issues 15 + 14: hash parts, warmup table, pipeline
 #     bash benchmarks/gpu_session_next.sh bench1 OUT_DIR    # issue 16: launch plans, host overhead, K1/K2, rowquant
 #     bash benchmarks/gpu_session_next.sh bench2 OUT_DIR    # issue 16: K3, K4, C4 (K5/K6a/K6b), C128 (K7) sweeps
 #     bash benchmarks/gpu_session_next.sh bench3 OUT_DIR    # issue 16: K7 (in order), K8a/K8b, E1-E5 sweeps, host
@@ -14,7 +15,7 @@
 # has its own time limit and log; one that fails or times out does not stop the others.
 # Everything ends up in OUT_DIR/records.tar.gz and OUT_DIR/session.log.
 set -u
-usage="usage: gpu_session_next.sh pipeline|store|bench1|bench2|bench3|verify|verify2|bench4|ncu OUT_DIR"
+usage="usage: gpu_session_next.sh pipeline|store|finish|bench1|bench2|bench3|verify|verify2|bench4|ncu OUT_DIR"
 source "$(dirname "$0")/gpu_session_lib.sh"
 session_begin "$usage" "$@"
 host_step() {  # issue 16's host-overhead table, real launches
@@ -38,6 +39,11 @@ store)
         --out "$work/pipeline_store_h200" --configs flash-default --cache-dir "$work/store" \
         --jobs 2 --timeout 180 --deadline 180
     step warmup_timing 220 python3 benchmarks/warmup_timing.py --out "$work/warmup_h200" ;;
+finish)  # issue 15's Triton hash parts and H200 warmup table, then issue 14's pipeline (fewer seconds)
+    step triton_hash 30 python3 benchmarks/triton_hash_parts.py --out "$work/store_load_h200/triton_hash_parts.json"
+    step warmup_timing 140 python3 benchmarks/warmup_timing.py --out "$work/warmup_h200"
+    step pipeline 440 python3 benchmarks/pipeline_gpu.py --out "$work/pipeline_h200" --timeout 300 --deadline 420 \
+        --jobs "${PIPELINE_JOBS:-5}" ;;
 bench1)
     step launch_plans 120 python3 benchmarks/launch_plans_gpu_check.py --out "$work/launch_plans_h200"
     host_step

@@ -288,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
                        "kernel_source_hash": hashes})
     write_json(out / "provenance.json", prov)
     env = {**os.environ, **({"CUDA_LAUNCH_BLOCKING": "1"} if args.blocking else {})}
+    # --jobs processes share the cores: torch's CPU pool per process sized to its share
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, args.jobs))))
     start = time.perf_counter()
 
     def one(run: tuple[str, str]) -> dict[str, Any]:

@@ -70,7 +70,8 @@ print("RESULT " + json.dumps(out))
 def run_config(device: str, jobs: int, store: Path, first_call: bool = False) -> dict:
     """One configuration in a fresh process with an empty Triton cache; its measurements."""
     with tempfile.TemporaryDirectory(prefix="triton-cache-") as tc:
-        env = {**os.environ, "TRITON_CACHE_DIR": tc, "PYTHONPATH": str(REPO)}
+        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+        env = {**os.environ, "TRITON_CACHE_DIR": tc, "PYTHONPATH": path}   # keep a CuTeDSL bundle's path
         argv = [sys.executable, "-c", _CHILD, device, str(jobs), str(store)]
         t0 = time.perf_counter()
         proc = subprocess.run(argv + (["--first-call"] if first_call else []), capture_output=True,

@@ -379,8 +379,8 @@ def _seed(*parts: Any) -> int:
     return int.from_bytes(digest, "little") & (2**63 - 1)
 
 
-def _gen(*parts: Any) -> torch.Generator:
-    return torch.Generator().manual_seed(_seed(*parts))
+def _gen(*parts: Any, device: torch.device | None = None) -> torch.Generator:
+    return torch.Generator(device=device or "cpu").manual_seed(_seed(*parts))
 
 
 def _sentinel(shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -642,20 +642,23 @@ class Pipeline:
         return out
 
     def _inputs(self, buf: _Layer, t: int, tag: tuple) -> dict[str, torch.Tensor]:
-        """The layer's per-token inputs of a step (seeded by the step and layer, never by backend)."""
-        g = _gen(self.seed, *tag, buf.layer.index)
-        p = self.stack.preset
-        x = {"window_kv": torch.randn((t, p.head_dim), generator=g).to(torch.bfloat16)}
+        """The layer's per-token inputs of a step (seeded by the step and layer, never by backend),
+        drawn on the pipeline's device: two pipelines on one device see identical inputs, and a GPU
+        run does not spend its time in CPU random numbers (6000-token histories x 43 layers)."""
+        g = _gen(self.seed, *tag, buf.layer.index, device=self.device)
+        p, d = self.stack.preset, self.device
+        x = {"window_kv": torch.randn((t, p.head_dim), generator=g, device=d).to(torch.bfloat16)}
         for name, comp in buf.comps.items():
             sw = comp.state_width
-            kv_score = torch.empty((t, 2 * sw), dtype=torch.float32)
+            kv_score = torch.empty((t, 2 * sw), dtype=torch.float32, device=d)
             kv_score[:, :sw] = kv_values((t, sw), "normal", g)
             kv_score[:, sw:] = scores((t, sw), "normal", g)
             x[f"kv_score:{name}"] = kv_score
         if "indexer" in buf.comps:
-            x["index_q"] = torch.randn((t, p.index_n_heads, p.index_head_dim), generator=g).to(torch.bfloat16)
-            x["index_weights"] = torch.randn((t, p.index_n_heads), generator=g).to(torch.bfloat16)
-        return {k: v.to(self.device) for k, v in x.items()}
+            shape = (t, p.index_n_heads, p.index_head_dim)
+            x["index_q"] = torch.randn(shape, generator=g, device=d).to(torch.bfloat16)
+            x["index_weights"] = torch.randn((t, p.index_n_heads), generator=g, device=d).to(torch.bfloat16)
+        return x
 
     def _store_window(self, buf: _Layer, rows: torch.Tensor, slots: torch.Tensor) -> None:
         """The sliding-window insert (spec §2.9: E1 of the bf16 row, or E2 / E3): the formats' reference

@@ -44,27 +44,31 @@ def cos_sin(max_pos: int) -> torch.Tensor:
 
 
 def scores(shape: tuple[int, ...], regime: str, g: torch.Generator) -> torch.Tensor:
-    """Scores of ``regime``: normal (3 N(0,1)), uniform (equal rows), saturating, huge (|s| = 1e4)."""
+    """Scores of ``regime``: normal (3 N(0,1)), uniform (equal rows), saturating, huge (|s| = 1e4);
+    on the generator's device."""
+    d = g.device
     if regime == "uniform":
-        return torch.full(shape, 0.5)
+        return torch.full(shape, 0.5, device=d)
     if regime == "saturating":  # one row +60, the others -60 (per column: which row varies)
-        s = torch.full(shape, -60.0)
-        s[torch.rand(shape[:-1], generator=g) < 0.25] = 60.0
+        s = torch.full(shape, -60.0, device=d)
+        s[torch.rand(shape[:-1], generator=g, device=d) < 0.25] = 60.0
         return s
     if regime == "huge":  # |s| = 1e4
-        return torch.where(torch.rand(shape, generator=g) < 0.5, -1e4, 1e4)
-    return torch.randn(shape, generator=g) * 3
+        return torch.where(torch.rand(shape, generator=g, device=d) < 0.5, -1e4, 1e4)
+    return torch.randn(shape, generator=g, device=d) * 3
 
 
 def kv_values(shape: tuple[int, ...], regime: str, g: torch.Generator) -> torch.Tensor:
-    """kv values of ``regime``: zero, tiny (2^-60..2^-50), normal, large (up to 2^40)."""
+    """kv values of ``regime``: zero, tiny (2^-60..2^-50), normal, large (up to 2^40); on the
+    generator's device."""
+    d = g.device
     if regime == "zero":
-        return torch.zeros(shape)
-    x = torch.randn(shape, generator=g)
+        return torch.zeros(shape, device=d)
+    x = torch.randn(shape, generator=g, device=d)
     if regime == "tiny":  # magnitudes 2^-60 .. 2^-50
-        return x * torch.exp2(-60 + 10 * torch.rand(shape, generator=g))
+        return x * torch.exp2(-60 + 10 * torch.rand(shape, generator=g, device=d))
     if regime == "large":  # up to 2^40 (the state's domain, §2.1)
-        return x * torch.exp2(30 + 9 * torch.rand(shape, generator=g))
+        return x * torch.exp2(30 + 9 * torch.rand(shape, generator=g, device=d))
     return x
 
 
