@@ -7,7 +7,8 @@ backend that runs here, five paths, each timed as the best of ``--repeats`` mean
 * ``op full``: :meth:`FamilySpec.call_checked` with launch plans off, the path every call took
   before plans;
 * ``op planned``: the public op with its signature planned at both layers (the op's call plan,
-  :mod:`dsv4kit.family.plans`, then the kernel's launch plan, :mod:`dsv4kit.jit.launch_plans`);
+  :mod:`dsv4kit.family.plans`, then the kernel's launch plan, :mod:`dsv4kit.jit.launch_plans`),
+  served by its hot guard (``SignatureGuard``: no signature computed);
 * ``kernel full``: the kernel object called directly, launch plans off (its own checks, dispatch,
   executor lookup, argument building, launch);
 * ``kernel planned``: the kernel object with its launch plan (on a GPU, Triton's direct launch
@@ -20,7 +21,10 @@ memory; ``default`` takes the op's default (on under the CPU interpreter), ``on`
 ``--executor noop`` (the only choice on a CPU) replaces the warmed executors with a function
 that does nothing, so the numbers are validation + dispatch + executor lookup + argument
 building, without the launcher; ``real`` (GPU) keeps the launcher. A cProfile of the planned
-path gives the top functions by own time. Nothing is launched under ``noop``.
+path gives the top functions by own time, and ``parts (op planned) us`` times the planned op's
+pieces alone: the hot guard, the plan's body (outputs, views, the launch), the executor-cache
+validity check, and ``launch_signature`` (what the guard replaces). Nothing is launched under
+``noop``.
 
     python benchmarks/host_overhead.py --out benchmarks/results/host_overhead_cpu
 """
@@ -87,6 +91,19 @@ def _profile(fn: Any, calls: int, top: int) -> list[str]:
 _DEBUG = {"off": False, "on": True, "default": None}
 
 
+def _parts(spec: FamilySpec, kwargs: dict[str, Any], calls: int, repeats: int) -> dict[str, float] | None:
+    """The planned op call's pieces, each timed alone (None when no hot entry serves the call)."""
+    hot = spec._launches.hot
+    served = [(fast, guard, ts) for fast, guard in hot if (ts := guard((), kwargs)) is not None]
+    if not served:
+        return None
+    fast, guard, tensors = served[0]
+    parts = {"hot guard": lambda: guard((), kwargs), "plan body": lambda: fast.plan.run(*tensors),
+             "validity": fast.valid,
+             "launch_signature (replaced)": lambda: launch_plans.launch_signature((), kwargs)}
+    return {k: round(_mean_us(fn, calls, repeats), 2) for k, fn in parts.items()}
+
+
 def measure(spec: FamilySpec, backend: str, device: str, executor: str, calls: int, repeats: int,
             top: int, debug_checks: str = "off") -> dict[str, Any]:
     """One op on one backend: the three paths' mean µs per call and a profile of the planned path."""
@@ -116,6 +133,7 @@ def measure(spec: FamilySpec, backend: str, device: str, executor: str, calls: i
         if device == "cuda":
             torch.cuda.synchronize()
         row["profile (op planned)"] = _profile(paths["op planned"][0], calls, top)
+        row["parts (op planned) us"] = _parts(spec, {**call, "backend": backend}, calls, repeats)
     finally:
         launch_plans.set_enabled(True)
     type(kernel).clear_cache()                        # the no-op executors must not outlive the run

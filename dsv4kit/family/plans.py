@@ -22,7 +22,10 @@ One step further, :class:`OpLaunch`: when the kernel keeps a launch plan for the
 (:mod:`dsv4kit.jit.launch_plans`: value checks off), the op call's own *launch* signature (every
 tensor's full metadata, scalars by value, plus the process's current platform) fixes both layers'
 outcomes, so a call with a known launch signature runs the kernel's launch plan at once: one
-signature per call instead of two, no keyword dict.
+signature per call instead of two, no keyword dict. The op launches used last are hot
+(:class:`~dsv4kit.jit.launch_plans.PlanTable`): their guard proves the op call's launch signature
+without computing it, and hands the tensors over in the kernel plan's order (no reordering hop);
+the platform is compared by identity, as the key's ``id`` is.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from typing import Any
 import torch
 
 from dsv4kit.family.schema import Arg, normalize_scalar
-from dsv4kit.jit.launch_plans import _STATE, LaunchPlan, launch_signature, plans_of
+from dsv4kit.jit.launch_plans import _STATE, LaunchPlan, SignatureGuard, launch_signature, plans_of
 from dsv4kit.platform import current_platform
 
 __all__ = ["MAX_PLANS", "CallPlan", "OpLaunch", "call_signature", "op_launch_for", "plan_for"]
@@ -140,6 +143,7 @@ class OpLaunch:
     platform: Any                      # held so that the id in the key stays this object's
     plan: LaunchPlan
     order: tuple[int, ...]             # kernel-call tensor i is op-call tensor order[i]
+    guard: SignatureGuard | None = None  # the op call signature's hot guard, picking ``order``
 
     def __call__(self, tensors: list[torch.Tensor]) -> Any:
         return self.plan([tensors[i] for i in self.order])
@@ -151,10 +155,10 @@ class OpLaunch:
 
 
 def op_launch_for(plan: CallPlan, positional: tuple[Any, ...], keywords: Mapping[str, Any],
-                  tensors: list[torch.Tensor]) -> OpLaunch | None:
+                  tensors: list[torch.Tensor], signature: tuple[Any, ...] | None = None) -> OpLaunch | None:
     """The :class:`OpLaunch` of a call that just ran through ``plan`` (``tensors``: the op call's,
-    from :func:`~dsv4kit.jit.launch_plans.launch_signature`), or None when the kernel keeps no
-    launch plan for it."""
+    from :func:`~dsv4kit.jit.launch_plans.launch_signature`, ``signature`` its signature: the
+    launch's guard), or None when the kernel keeps no launch plan for it."""
     kwargs = {**plan.kernel_args(positional, keywords), "debug_checks": plan.debug_checks}
     described = launch_signature((), kwargs)
     if described is None:
@@ -168,4 +172,5 @@ def op_launch_for(plan: CallPlan, positional: tuple[Any, ...], keywords: Mapping
         if i is None:
             return None  # a tensor the op call did not pass
         order.append(i)
-    return OpLaunch(plan.kernel, plan.platform, launch, tuple(order))
+    guard = SignatureGuard(signature, tuple(order)) if signature is not None else None
+    return OpLaunch(plan.kernel, plan.platform, launch, tuple(order), guard)

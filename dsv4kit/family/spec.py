@@ -36,7 +36,7 @@ from dsv4kit.errors import ContractError, KernelInputError, input_error
 from dsv4kit.family.plans import MAX_PLANS, CallPlan, OpLaunch, call_signature, op_launch_for, plan_for
 from dsv4kit.family.schema import Arg, arg_table_markdown, check_args
 from dsv4kit.jit import JitKernel, registry
-from dsv4kit.jit.launch_plans import _STATE, launch_signature
+from dsv4kit.jit.launch_plans import _STATE, PlanTable, launch_signature
 from dsv4kit.platform import BACKENDS, Platform, current_platform
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ class FamilySpec:
     _kernels: dict[tuple[type, Platform], JitKernel] = field(default_factory=dict, compare=False, repr=False)
     _keys: dict[tuple[type, Any], list[Any]] = field(default_factory=dict, compare=False, repr=False)
     _plans: dict[tuple[Any, ...], CallPlan] = field(default_factory=dict, compare=False, repr=False)
-    _launches: dict[tuple[Any, ...], OpLaunch] = field(default_factory=dict, compare=False, repr=False)
+    _launches: PlanTable = field(default_factory=PlanTable, compare=False, repr=False)  # OpLaunch | False
 
     def __post_init__(self) -> None:
         where = f"FamilySpec({self.name})"
@@ -249,14 +249,29 @@ class FamilySpec:
         The op layer's outcome is kept per argument signature (:mod:`dsv4kit.family.plans`): a call
         of a signature already checked goes straight to the kernel, which runs its own checks; a
         call whose launch signature has an :class:`~dsv4kit.family.plans.OpLaunch` runs the
-        kernel's launch plan at once (False marks a launch signature the kernel does not plan).
+        kernel's launch plan at once (False marks a launch signature the kernel does not plan);
+        the op launches used last are tried first by their guard, without computing the signature.
         """
+        return self._call(args, kwargs)
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """:meth:`call` of packed arguments (the public op calls it: no second packing)."""
+        launches = self._launches
+        if launches.hot and _STATE["enabled"]:
+            platform = current_platform()
+            for hot, guard in launches.hot:
+                if hot.platform is platform and hot.valid():
+                    tensors = guard(args, kwargs)
+                    if tensors is not None:
+                        return hot.plan(tensors)
         described = launch_signature(args, kwargs) if _STATE["enabled"] else None
         fast: OpLaunch | bool | None = None
         if described is not None:
             key = (described[0], id(current_platform()))
-            fast = self._launches.get(key)
+            fast = launches.get(key)
             if fast and fast.valid():
+                if fast.guard is not None:
+                    launches.promote(fast, fast.guard.bind(described[1]))
                 return fast(described[1])
         sig = call_signature(self.args, OP_OPTIONS, args, kwargs, self._rows)
         plan = self._plans.get(sig) if sig is not None else None
@@ -264,9 +279,12 @@ class FamilySpec:
             return self.call_checked(*args, _signature=sig, **kwargs)
         result = plan(args, kwargs)  # the kernel's keywords in the plan's order, the order OpLaunch finds
         if described is not None and fast is not False:
-            if len(self._launches) >= MAX_PLANS:
-                self._launches.clear()
-            self._launches[key] = op_launch_for(plan, args, kwargs, described[1]) or False
+            if len(launches) >= MAX_PLANS:
+                launches.clear()
+            made = op_launch_for(plan, args, kwargs, described[1], described[0])
+            launches[key] = made or False
+            if made and made.guard is not None:
+                launches.promote(made, made.guard.bind(described[1]))
         return result
 
     def call_checked(self, *args: Any, _signature: tuple[Any, ...] | None = None, **kwargs: Any) -> Any:
@@ -312,8 +330,10 @@ class FamilySpec:
         """The public op: a function with the table's signature and docs."""
         spec = self
 
+        call = spec._call
+
         def op(*args: Any, **kwargs: Any) -> Any:
-            return spec.call(*args, **kwargs)
+            return call(args, kwargs)
 
         op.__name__ = op.__qualname__ = self.op_name
         op.__module__ = self.package

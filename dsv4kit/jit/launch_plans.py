@@ -8,7 +8,8 @@ those steps reads nothing but the call's *signature*:
   alignment rule of the spec, and Triton's 16-byte specialization, is a divisor of 32);
 * which tensors share a storage (the index of the first earlier tensor with the same storage
   base, ``data_ptr - storage_offset * itemsize``): views derived from shared storage resolve alike;
-* anything else: its type and value (ints, floats, bools, strings, dtypes, None, tuples of those).
+* anything else: its type and value (ints, floats, bools, strings, dtypes, None, tuples of those;
+  a zero float also its sign: -0.0 == 0.0, but a plan bakes the value in).
 
 So a call whose signature was seen before, and passed, passes again and builds the same launch up
 to addresses. The first such call runs the full path and records a :class:`LaunchPlan`: how to
@@ -25,24 +26,42 @@ closes over values, a kernel class whose ``launch`` is not marked plan-safe. A p
 when its executor is no longer the one cached for its key (``clear_cache``), so a miss still
 reaches the monitor. Errors never come from a plan: a bad call has a signature of its own, which
 takes the full path.
+
+Hot guards. Computing the signature is most of a planned call's cost (a dozen attribute reads per
+tensor, a tuple of tuples, its hash). So the last few plans a kernel (or an op, :class:`OpLaunch
+<dsv4kit.family.plans.OpLaunch>`) used sit in ``PlanTable.hot``, each with a :class:`SignatureGuard`
+check generated from its signature: the positional count and keyword names in order, each scalar's
+exact type and value, and per tensor ``TensorGuards`` (exact type, dtype, device, sizes, strides,
+in C++) plus the storage offset, the address mod 32 and which tensors share a storage base, read
+from ``data_ptr``. A call passing it has exactly the plan's signature (so the plan is what the
+table would return); any other call gets None and takes the signature lookup, and from there the
+full checked path. ``TensorGuards`` also compares ``requires_grad`` and the dispatch key set under
+the thread's dispatch state (inference mode): stricter than the signature, so such a call falls
+back and, the table finding the plan, gets a hot entry guarded for its own state.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch._C._dynamo.guards import TensorGuards
 
 from dsv4kit.jit import coverage
 
-__all__ = ["MAX_PLANS", "Address", "LaunchPlan", "build_plan", "disabled", "enabled", "launch_signature",
-           "plan_safe", "plans_of", "set_enabled"]
+__all__ = ["HOT", "MAX_PLANS", "Address", "LaunchPlan", "PlanTable", "SignatureGuard", "build_plan",
+           "disabled", "enabled", "launch_signature", "plan_safe", "plans_of", "set_enabled"]
 
 #: Plans kept per kernel object; the table is cleared when full.
 MAX_PLANS = 256
+
+#: Hot entries (a plan and its bound guard) kept per table, most recent first. Each failing guard
+#: costs ~0.1-1 µs before the fallback, so few: a steady loop reuses one signature per kernel.
+HOT = 4
 
 _STATE = {"enabled": True}
 
@@ -89,9 +108,49 @@ class Address:
         return f"Address({self._ptr:#x}, {self.dtype})"
 
 
-def plans_of(kernel: Any) -> dict[tuple[Any, ...], LaunchPlan]:
+class PlanTable(dict):  # type: ignore[type-arg]
+    """Plans by signature, and ``hot``: ``(plan, guard)`` pairs of the plans used last, most recent
+    first (module docstring). Removing a plan removes its hot entries, so a cleared table is cold."""
+
+    __slots__ = ("hot",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hot: tuple[tuple[Any, Callable[..., Any]], ...] = ()
+
+    def promote(self, plan: Any, guard: Callable[..., Any] | None) -> None:
+        """Put ``(plan, guard)`` first in ``hot`` (None: a guard could not be made; nothing)."""
+        if guard is not None:
+            self.hot = ((plan, guard), *self.hot[: HOT - 1])
+
+    def _cool(self, plan: Any) -> None:
+        self.hot = tuple(h for h in self.hot if h[0] is not plan)
+
+    def clear(self) -> None:
+        self.hot = ()
+        super().clear()
+
+    def __delitem__(self, key: Any) -> None:
+        self._cool(self[key])
+        super().__delitem__(key)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        plan = super().pop(key, *default)
+        self._cool(plan)
+        return plan
+
+    def popitem(self) -> tuple[Any, Any]:
+        key, plan = super().popitem()
+        self._cool(plan)
+        return key, plan
+
+
+def plans_of(kernel: Any) -> PlanTable:
     """The launch plans a kernel object keeps, by signature (made empty on first use)."""
-    return kernel.__dict__.setdefault("_launch_plans", {})
+    table = kernel.__dict__.get("_launch_plans")  # not setdefault: that builds a table per call
+    if table is None:
+        table = kernel.__dict__["_launch_plans"] = PlanTable()
+    return table
 
 
 def plan_safe(launch: Callable[..., Any]) -> Callable[..., Any]:
@@ -107,7 +166,8 @@ def _base(t: torch.Tensor) -> int:
 def _scalar_sig(v: Any) -> Any:
     tp = type(v)
     if tp in _SCALARS:
-        return (tp, v)
+        # -0.0 == 0.0, but a plan bakes the value in: the sign of a zero is part of it
+        return (tp, v, math.copysign(1.0, v)) if tp is float and v == 0.0 else (tp, v)
     if tp is tuple:
         parts = tuple(_scalar_sig(x) for x in v)
         return None if None in parts else (tuple, parts)
@@ -138,6 +198,128 @@ def launch_signature(args: tuple[Any, ...], kwargs: Mapping[str, Any]
                     return None
                 sig.append((name, d))
     return tuple(sig), tensors
+
+
+# --------------------------------------------------------------------------- hot guards
+
+def _is_tensor_entry(entry: tuple[Any, ...]) -> bool:
+    return len(entry) == 9 and isinstance(entry[1], type) and issubclass(entry[1], torch.Tensor)
+
+
+class SignatureGuard:
+    """A check, generated from one signature, that a call has exactly that signature (module
+    docstring). :meth:`bind` makes the callable ``guard(args, kwargs)``: the call's tensors (all of
+    them in signature order, or those of ``order``) when it has the signature, else None.
+
+    E.g. for ``f(x, 3, out=y)`` with ``x`` and ``y`` apart and ``y`` at offset 8 (``check``: the
+    bound ``TensorGuards.check``; ``c2``: the keyword names)::
+
+        def guard(args, kwargs):
+            if len(args) != 2 or list(kwargs) != c2:
+                return None
+            v0, v1, = args
+            v2, = kwargs.values()
+            try:
+                if not check(v0, v2):
+                    return None
+                if type(v1) is not int or v1 != 3:
+                    return None
+                if v0.storage_offset() | (v2.storage_offset() - 8):
+                    return None
+                p0 = v0.data_ptr()
+                p2 = v2.data_ptr()
+                if (p0 | p2) & 31:
+                    return None
+                if len({p0, (p2 - 32)}) != 2:
+                    return None
+            except Exception:
+                return None
+            return [v0, v2]
+    """
+
+    def __init__(self, signature: tuple[Any, ...], order: tuple[int, ...] | None = None) -> None:
+        self.signature, self.order = signature, order
+        nargs, entries = signature[0], signature[1:]
+        self.sizes = [list(e[4]) for e in entries if _is_tensor_entry(e)]
+        self.strides = [list(e[5]) for e in entries if _is_tensor_entry(e)]
+        names: dict[str, Any] = {"math": math, "_scalar_sig": _scalar_sig}
+
+        def const(value: Any) -> str:
+            if type(value) in (int, str) or (type(value) is float and math.isfinite(value)):
+                return repr(value)  # a literal (repr round-trips these exactly)
+            name = f"c{len(names)}"
+            names[name] = value
+            return name
+
+        lines = ["def make(check):", "  def guard(args, kwargs):"]
+        body = lines.append
+        keys = [e[0] for e in entries[nargs:]]
+        body(f"    if {f'len(args) != {nargs}' if nargs else 'args'} or "
+             f"{f'list(kwargs) != {const(keys)}' if keys else 'kwargs'}:")
+        body("        return None")
+        if nargs:
+            body(f"    {''.join(f'v{j}, ' for j in range(nargs))}= args")
+        if keys:
+            body(f"    {''.join(f'v{j}, ' for j in range(nargs, len(entries)))}= kwargs.values()")
+        body("    try:")
+        tensors = [j for j, e in enumerate(entries) if _is_tensor_entry(e)]
+        checks = [f"not check({', '.join(f'v{j}' for j in tensors)})"] if tensors else []
+        for j, e in enumerate(entries):  # scalars: exactly what _scalar_sig tells apart
+            if _is_tensor_entry(e):
+                continue
+            tp, v = e[1][0], f"v{j}"
+            if tp is tuple:
+                checks.append(f"_scalar_sig({v}) != {const(e[1])}")
+            elif tp is type(None) or tp is bool or tp is torch.dtype:  # singletons
+                checks.append(f"{v} is not {const(e[1][1])}")
+            else:  # int, float, str: the exact type, then ==; a nan never passes (the table's lookup decides)
+                checks.append(f"type({v}) is not {tp.__name__} or {v} != {const(e[1][1])}")
+                if len(e[1]) == 3:
+                    checks.append(f"math.copysign(1.0, {v}) != {e[1][2]!r}")
+        if tensors:  # every offset, 0 included (a view at another offset may keep the alignment), in one test
+            checks.append(" | ".join(f"(v{j}.storage_offset() - {entries[j][6]})" if entries[j][6]
+                                     else f"v{j}.storage_offset()" for j in tensors))
+        for cond in checks:
+            body(f"        if {cond}:")
+            body("            return None")
+        for j in tensors:
+            body(f"        p{j} = v{j}.data_ptr()")
+        if tensors:  # p - a ≡ 0 (mod 32) for every tensor, in one test
+            terms = [f"(p{j} - {entries[j][7]})" if entries[j][7] else f"p{j}" for j in tensors]
+            body(f"        if ({' | '.join(terms)}) & 31:")
+            body("            return None")
+        # storage bases (the offsets are checked): tensors that shared one share it, the others are apart
+        base = {}
+        for j in tensors:
+            k = entries[j][6] * entries[j][2].itemsize
+            base[tensors.index(j)] = f"(p{j} - {k})" if k else f"p{j}"
+        leaders = [base[i] for i in range(len(tensors)) if entries[tensors[i]][8] == i]
+        same = [f"{base[i]} != {base[entries[tensors[i]][8]]}" for i in range(len(tensors))
+                if entries[tensors[i]][8] != i]
+        if len(leaders) > 1:
+            same.append(f"len({{{', '.join(leaders)}}}) != {len(leaders)}")
+        for cond in same:
+            body(f"        if {cond}:")
+            body("            return None")
+        body("    except Exception:")
+        body("        return None")
+        picked = tensors if order is None else [tensors[i] for i in order]
+        body(f"    return [{', '.join(f'v{j}' for j in picked)}]")
+        body("  return guard")
+        self.source = "\n".join(lines) + "\n"
+        exec(compile(self.source, "<dsv4kit hot guard>", "exec"), names)  # noqa: S102 - our own text
+        self._make: Callable[[Callable[..., bool]], Callable[..., Any]] = names["make"]
+
+    def bind(self, tensors: list[torch.Tensor]) -> Callable[[tuple[Any, ...], Mapping[str, Any]], Any] | None:
+        """The guard, its ``TensorGuards`` made from ``tensors`` (a call of the signature, in
+        signature order) under the current dispatch state; None when they fail it."""
+        try:
+            tg = TensorGuards(*tensors, dynamic_dims_sizes=self.sizes, dynamic_dims_strides=self.strides)
+            if not tg.check(*tensors):
+                return None
+        except Exception:  # an unusual tensor: no hot entry, the table's lookup still serves it
+            return None
+        return self._make(tg.check)
 
 
 # --------------------------------------------------------------------------- recording
@@ -220,8 +402,9 @@ def _arg_step(a: Any, src: _Sources, pointer: bool) -> tuple[Any, ...]:
             i = src.sharing(base)
             if i is None:
                 raise _Unplannable("a launch tensor made inside the call")
-        if pointer:  # the backend takes a bare address here
-            return (_PTR, i, a.data_ptr() - src.bases[i], src.tensors[i].itemsize)
+        if pointer:  # the backend takes a bare address here (deltas from the source's data_ptr:
+            # its storage offset is part of the signature, so the plan need not read it)
+            return (_PTR, i, a.data_ptr() - src.tensors[i].data_ptr(), src.tensors[i].itemsize)
         if src.tensors[i] is a:
             return (_SRC, i)
         return _view_step(a, i, src)
@@ -230,8 +413,8 @@ def _arg_step(a: Any, src: _Sources, pointer: bool) -> tuple[Any, ...]:
         for i, t in enumerate(src.tensors):
             lo = src.bases[i]
             if lo <= ptr < lo + t.untyped_storage().nbytes():
-                size = t.itemsize
-                return (_PTR, i, ptr - lo, size) if pointer else (_ADDR, i, ptr - lo, size, a.dtype)
+                size, delta = t.itemsize, ptr - t.data_ptr()
+                return (_PTR, i, delta, size) if pointer else (_ADDR, i, delta, size, a.dtype)
         raise _Unplannable("an address outside every call tensor")
     if _scalar_sig(a) is None:
         raise _Unplannable(f"a launch argument of type {type(a).__name__}")
@@ -258,6 +441,7 @@ class LaunchPlan:
     cache: dict[Any, Any]              # the executor cache it was found in
     source: str
     run: Callable[..., Any]
+    guard: SignatureGuard | None = None  # its signature's hot guard (unbound)
 
     def valid(self, cache: dict[Any, Any] | None) -> bool:
         """Whether the executor it launches is still the one cached for its key."""
@@ -294,8 +478,8 @@ class _Source:
         if kind == _SRC:
             return f"s{rest[0]}"
         if kind in (_PTR, _ADDR):
-            i, delta, itemsize = rest[:3]
-            ptr = f"s{i}.data_ptr() - s{i}.storage_offset() * {itemsize} + {delta}"
+            i, delta = rest[:2]
+            ptr = f"s{i}.data_ptr() + {delta}" if delta else f"s{i}.data_ptr()"
             return f"({ptr})" if kind == _PTR else f"Address({ptr}, {self.const(rest[3])})"
         if kind == _VIEW:
             i, size, stride, offset, dtype, how = rest
@@ -328,9 +512,11 @@ def _generate(ntensors: int, fresh: list[tuple[Any, ...]], arg_steps: list[tuple
     return text, namespace["planned_call"]
 
 
-def build_plan(kernel: Any, spec: Any, tensors: list[torch.Tensor]) -> LaunchPlan | None:
+def build_plan(kernel: Any, spec: Any, tensors: list[torch.Tensor],
+               signature: tuple[Any, ...] | None = None) -> LaunchPlan | None:
     """The plan of a launch that the full path just made (``spec``: its LaunchSpec), or None when
-    the launch cannot be rebuilt from the signature alone."""
+    the launch cannot be rebuilt from the signature alone; with ``signature`` (the call's), the
+    plan carries its :class:`SignatureGuard`."""
     if spec.finalizer is not None and getattr(spec.finalizer, "__closure__", True) is not None:
         return None  # a bound method or a closure may hold this call's values
     cache = kernel._executor_cache()
@@ -345,4 +531,5 @@ def build_plan(kernel: Any, spec: Any, tensors: list[torch.Tensor]) -> LaunchPla
     except _Unplannable:
         return None
     text, run = _generate(len(tensors), fresh, arg_steps, out_shape, out_steps, launch, spec.finalizer)
-    return LaunchPlan(kernel.name, spec.key, exe, cache, text, run)
+    guard = SignatureGuard(signature) if signature is not None else None
+    return LaunchPlan(kernel.name, spec.key, exe, cache, text, run, guard)

@@ -4,7 +4,8 @@ Keeping the description declarative means one ``__call__`` serves every backend:
 it validates, dispatches and returns ``(key, args[, output[, finalizer]])``; the
 kernel's ``launch`` fetches the executor warmed for ``key`` and runs it. A call with value checks
 off whose argument signature was seen before skips ``__call__`` and runs the signature's
-:class:`~dsv4kit.jit.launch_plans.LaunchPlan` (same checks' outcome, same launch).
+:class:`~dsv4kit.jit.launch_plans.LaunchPlan` (same checks' outcome, same launch); the plans
+used last are tried first through their hot guard, which proves the signature without computing it.
 """
 
 from __future__ import annotations
@@ -89,12 +90,23 @@ def kernel_launcher(fn: Callable[..., Any] | None = None, *, bind_launch_inputs:
 
         @functools.wraps(call)
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            described = launch_signature(args, kwargs) if plannable(self, args, kwargs) else None
             plans = plans_of(self)
+            if plans.hot and _STATE["enabled"]:
+                # a hot entry exists only for a plannable call, and plannable's other inputs are
+                # fixed per kernel object or checked by the guard (debug_checks' value)
+                cache = type(self)._executors.get(self.target)
+                for plan, guard in plans.hot:
+                    if plan.valid(cache):
+                        tensors = guard(args, kwargs)
+                        if tensors is not None:
+                            return plan(tensors)
+            described = launch_signature(args, kwargs) if plannable(self, args, kwargs) else None
             if described is not None:
                 plan = plans.get(described[0])
                 if plan is not None:
                     if plan.valid(type(self)._executors.get(self.target)):
+                        if plan.guard is not None:
+                            plans.promote(plan, plan.guard.bind(described[1]))
                         return plan(described[1])
                     del plans[described[0]]  # its executor was cleared: the full path reports a miss
             spec = as_launch_spec(call(self, *args, **kwargs), type(self).__name__)
@@ -109,11 +121,13 @@ def kernel_launcher(fn: Callable[..., Any] | None = None, *, bind_launch_inputs:
                 inputs.pop(next(iter(sig.parameters)))
             result = self.launch(spec, inputs)
             if described is not None:
-                plan = build_plan(self, spec, described[1])
+                plan = build_plan(self, spec, described[1], described[0])
                 if plan is not None:
                     if len(plans) >= MAX_PLANS:
                         plans.clear()
                     plans[described[0]] = plan
+                    if plan.guard is not None:
+                        plans.promote(plan, plan.guard.bind(described[1]))
             return result
 
         wrapper.__kernel_launcher__ = True  # type: ignore[attr-defined]

@@ -37,6 +37,9 @@ def _plans(spec: FamilySpec) -> int:
 
 
 def _clear(spec: FamilySpec) -> None:
+    """Drop the kernels' launch plans, and the op launches that hold them (else an op launch of an
+    earlier test serves the call and the kernel makes no plan)."""
+    spec._launches.clear()
     for k in _kernels(spec):
         plans_of(k).clear()
 
