@@ -15,8 +15,11 @@ What is in the key, and why:
 * the **kernel source hash**: :func:`dsv4kit.results.kernel_source_hash` of the kernel's family
   folder (its sources, the folders it imports, the shared numerics and ``backends/*.py``);
   a kernel outside ``dsv4kit.kernels`` hashes its module's source and ``backends/*.py``.
-* the **toolchain that determines the artifact**: the triton version for Triton entries (the
-  cubin, its launch metadata and Triton's own cache hash all come from it); the
+* the **toolchain that determines the artifact**: for Triton entries the triton version and a
+  digest of Triton's own ``triton_key()`` (the cubin, its launch metadata and Triton's cache hash
+  all come from them; ``triton_key()`` hashes Triton's compiler sources and its compiled
+  extension, which differs per Python ABI: an entry built under CPython 3.11 is a plain miss under
+  3.12, not a load that Triton would refuse, seen on the H200, ``benchmarks/results/store_h200/``); the
   nvidia-cutlass-dsl and apache-tvm-ffi versions and the host CPU architecture for CuTeDSL
   entries (the exported object is host code linked against their runtime libraries).
 * **torch is recorded, not keyed**: neither artifact contains or calls torch code. Triton's
@@ -111,7 +114,19 @@ def toolchain(backend: str) -> dict[str, str]:
     out = {d: _version(d) for d in _TOOLCHAIN.get(backend, ())}
     if backend == "cutedsl":
         out["host"] = platform.machine()
+    if backend == "triton":
+        out["triton_key"] = _triton_key_digest()
     return out
+
+
+@functools.cache
+def _triton_key_digest() -> str:
+    """sha256 (16 hex) of Triton's ``triton_key()``: what Triton's cache hash takes from the
+    installation (compiler sources, the ``libtriton`` build). Triton computes it for every
+    compile or cache lookup anyway (about 0.5 s, once per process)."""
+    from triton.runtime.cache import triton_key
+
+    return hashlib.sha256(triton_key().encode()).hexdigest()[:16]
 
 
 def recorded_versions() -> dict[str, str]:

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,7 @@ def listener(monkeypatch):
 def test_triton_hit_restores_into_an_empty_triton_cache(tmp_path, monkeypatch, triton_kernel, listener):
     store = ArtifactStore(tmp_path / "store")
     key = triton_kernel.get_warmup_keys()[0]
+    store_mod._triton_key_digest()   # once per process (Triton computes its key anyway): in neither timing
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tc1"))
     miss = _warm(triton_kernel, key, store)
     assert miss.info["origin"] == "compiled" and listener.hits == [False]
@@ -143,6 +145,23 @@ def test_toolchain_change_invalidates(tmp_path, monkeypatch, triton_kernel, cute
     assert _warm(kernel, key, store).info["origin"] == "compiled"
     (problem,) = store.verify()
     assert problem.kind == "stale" and f"toolchain changed: {dist}" in problem.why
+
+
+def test_another_triton_build_is_a_miss_not_a_refused_load(tmp_path, monkeypatch, triton_kernel,
+                                                           triton_cache) -> None:
+    """Same triton version, another ``triton_key()`` (its libtriton built for another Python, as
+    the CPU machine's 3.11 and the H200's 3.12): the entry is not offered, so nothing warns."""
+    store = ArtifactStore(tmp_path / "store")
+    key = triton_kernel.get_warmup_keys()[0]
+    _warm(triton_kernel, key, store)
+    assert store_mod.toolchain("triton")["triton_key"] == store_mod._triton_key_digest()
+    monkeypatch.setattr(store_mod, "_triton_key_digest", lambda: "f" * 16)
+    assert not store.has(triton_kernel, key)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", StoreWarning)
+        assert _warm(triton_kernel, key, store).info["origin"] == "compiled"
+    (problem,) = store.verify()
+    assert problem.kind == "stale" and "toolchain changed: triton_key" in problem.why
 
 
 def test_torch_is_recorded_not_keyed(tmp_path, monkeypatch, triton_kernel, triton_cache):
