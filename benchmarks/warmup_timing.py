@@ -26,6 +26,8 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
+import torch
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "warmup_cpu"
 
@@ -87,8 +89,6 @@ def provenance() -> dict:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                             cwd=REPO).stdout.strip()
     load = os.getloadavg()
-    import torch
-
     cpu = f"{os.cpu_count()} cores ({platform.processor() or platform.machine()})"
     where = f"{torch.cuda.get_device_name()} host, {cpu}" if torch.cuda.is_available() else f"CPU only, {cpu}"
     return {"date": datetime.date.today().isoformat(), "commit": os.environ.get("DSV4KIT_COMMIT") or commit,
@@ -104,8 +104,6 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=min(8, max(2, (os.cpu_count() or 2) // 2)),
                     help="workers of the parallel cold run (default: half the cores, 2 to 8)")
     args = ap.parse_args()
-    import torch
-
     prov = provenance()
     runs = []
     with tempfile.TemporaryDirectory(prefix="dsv4kit-bench-store-") as tmp:
