@@ -270,8 +270,7 @@ class FamilySpec:
             key = (described[0], id(current_platform()))
             fast = launches.get(key)
             if fast and fast.valid():
-                if fast.guard is not None:
-                    launches.promote(fast, fast.guard.bind(described[1]))
+                launches.promote(fast, described[1])
                 return fast(described[1])
         sig = call_signature(self.args, OP_OPTIONS, args, kwargs, self._rows)
         plan = self._plans.get(sig) if sig is not None else None
@@ -283,8 +282,8 @@ class FamilySpec:
                 launches.clear()
             made = op_launch_for(plan, args, kwargs, described[1], described[0])
             launches[key] = made or False
-            if made and made.guard is not None:
-                launches.promote(made, made.guard.bind(described[1]))
+            if made:
+                launches.promote(made, described[1])
         return result
 
     def call_checked(self, *args: Any, _signature: tuple[Any, ...] | None = None, **kwargs: Any) -> Any:

@@ -118,8 +118,10 @@ class PlanTable(dict):  # type: ignore[type-arg]
         super().__init__()
         self.hot: tuple[tuple[Any, Callable[..., Any]], ...] = ()
 
-    def promote(self, plan: Any, guard: Callable[..., Any] | None) -> None:
-        """Put ``(plan, guard)`` first in ``hot`` (None: a guard could not be made; nothing)."""
+    def promote(self, plan: Any, tensors: list[torch.Tensor]) -> None:
+        """Put ``plan`` first in ``hot``, its guard bound to ``tensors`` (a call of its signature);
+        nothing when the plan has no guard or the guard cannot be bound to them."""
+        guard = plan.guard.bind(tensors) if plan.guard is not None else None
         if guard is not None:
             self.hot = ((plan, guard), *self.hot[: HOT - 1])
 

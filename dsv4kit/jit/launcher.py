@@ -105,8 +105,7 @@ def kernel_launcher(fn: Callable[..., Any] | None = None, *, bind_launch_inputs:
                 plan = plans.get(described[0])
                 if plan is not None:
                     if plan.valid(type(self)._executors.get(self.target)):
-                        if plan.guard is not None:
-                            plans.promote(plan, plan.guard.bind(described[1]))
+                        plans.promote(plan, described[1])
                         return plan(described[1])
                     del plans[described[0]]  # its executor was cleared: the full path reports a miss
             spec = as_launch_spec(call(self, *args, **kwargs), type(self).__name__)
@@ -126,8 +125,7 @@ def kernel_launcher(fn: Callable[..., Any] | None = None, *, bind_launch_inputs:
                     if len(plans) >= MAX_PLANS:
                         plans.clear()
                     plans[described[0]] = plan
-                    if plan.guard is not None:
-                        plans.promote(plan, plan.guard.bind(described[1]))
+                    plans.promote(plan, described[1])
             return result
 
         wrapper.__kernel_launcher__ = True  # type: ignore[attr-defined]
