@@ -480,9 +480,11 @@ class TritonJitKernel(JitKernel[K]):
         """Constexpr overrides for runs under the CPU interpreter only (default: none).
 
         The interpreter spends ~10-20 ms of Python per program instance, so a kernel whose
-        GPU launch uses tiny programs may let each interpreted program cover more rows. Only
-        the amount of work per program may change, never per-element arithmetic; ``grid``
-        must agree. Compiles and the specialization check still use the key's values.
+        GPU launch uses tiny programs may let each interpreted program cover more rows, and a
+        kernel may swap an instruction the interpreter cannot model (a rounding fp8 cast) for
+        an integer recipe that gives the same bits. Results must stay bit-identical to the GPU
+        compile's; ``grid`` must agree. Compiles and the specialization check still use the
+        key's values.
         """
         return {}
 

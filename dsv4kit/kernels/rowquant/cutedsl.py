@@ -1,12 +1,18 @@
 """rowquant in CuTeDSL: one warp quantizes one 128-wide block of one row.
 
 A CTA of ``rows_per_program`` warps covers that many rows of one column block; each lane
-holds 4 consecutive elements. The amax is an integer max over |x| bit patterns, reduced
-across the warp with butterfly shuffles; the exponent and the e4m3 byte come from the same
-integer recipes as the Triton kernel (spec §2.1), so both backends and the reference agree
-bit for bit. The only float operations are the exact upcast, the rounded multiply
-``fl(a * fl(1/448))`` and the exact scaling by ``2**-e``, both as ``mul.rn.f32`` (NVVM would
-otherwise be free to contract a product into a later add: spec §2.1 rule 1).
+holds 4 consecutive elements: one 8-byte load where the key's row stride is a multiple of 16
+elements (``x_stride_class`` div16; the base is 16-byte aligned, checked at call), four 2-byte
+loads otherwise. The amax is an integer max over |x| bit patterns (|x| orders like its bits),
+reduced across the warp with one ``redux.sync.max.s32``; the exponent comes from the same
+integer recipe as the Triton kernel (spec §2.1). The only float operations are the exact
+upcast, the rounded multiply ``fl(a * fl(1/448))`` and the exact scaling ``y = x * 2**-e``, both
+as ``mul.rn.f32`` (NVVM would otherwise be free to contract a product into a later add: spec
+§2.1 rule 1). The e4m3 bytes come from the hardware RNE conversion
+(:func:`~dsv4kit.kernels.cute_numerics.e4m3x4`: two ``cvt.rn.satfinite.e4m3x2.f32``, which §2.1
+rule 3 allows CuTeDSL; |y| <= 448, so saturation never triggers, and the sign of zero is kept),
+packed with column ``col0`` in the low byte and written with one 4-byte store (little endian:
+column order). Both backends and the reference agree bit for bit.
 """
 
 from __future__ import annotations
@@ -17,10 +23,10 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import torch
-from cutlass import Float32, Int32
+from cutlass import Float32, Int32, Uint32
 
 from dsv4kit.backends.cutedsl import CuTeDSLJitKernel, fake_stream, fake_tensor, sym
-from dsv4kit.kernels.cute_numerics import mul_rn
+from dsv4kit.kernels.cute_numerics import e4m3x4, mul_rn
 from dsv4kit.kernels.rowquant.reference import BLOCK
 from dsv4kit.kernels.rowquant.spec import RowQuantBase
 
@@ -31,57 +37,51 @@ AMAX_FLOOR_BITS = 0x38D1B717  # fl(1e-4)
 INV448_BITS = 0x3B124925  # fl(1/448)
 
 
-@cute.jit
-def _e4m3_code(u: Int32) -> Int32:
-    """e4m3fn byte of the fp32 value with bits ``u`` (|value| <= 448): RNE, integer ops only."""
-    m = u & 0x7FFFFFFF
-    sign = (u >> 24) & 0x80
-    exp = m >> 23
-    normal = ((m + 0x7FFFF + ((m >> 20) & 1)) >> 20) - 960
-    sig = m & 0x7FFFFF
-    if exp > 0:
-        sig = sig | 0x800000
-    shift = cutlass.min(cutlass.max(141 - exp, Int32(21)), Int32(25))
-    k = sig >> shift
-    rem = sig - (k << shift)
-    half = Int32(1) << (shift - 1)
-    if rem > half or (rem == half and (k & 1) == 1):
-        k = k + 1
-    code = k
-    if exp >= 121:
-        code = normal
-    return code | sign
+def _x_vec(key: RowQuantBase.CompileKey) -> bool:
+    """Whether x's rows start 8-byte aligned: the row stride is a multiple of 16 elements."""
+    return key.x_stride_class.endswith("div16")
 
 
 @cute.kernel
-def _rowquant_kernel(x: cute.Tensor, q: cute.Tensor, s: cute.Tensor, rows_per_cta: cutlass.Constexpr):
+def _rowquant_kernel(x: cute.Tensor, q: cute.Tensor, s: cute.Tensor, rows_per_cta: cutlass.Constexpr,
+                     x_vec: cutlass.Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     pid_m, blk, _ = cute.arch.block_idx()
     lane = tidx % 32
     row = pid_m * rows_per_cta + tidx // 32
-    if row < x.shape[0]:
+    if row < x.shape[0]:  # warp-uniform: a warp is one row, so redux.sync sees the whole warp
         col0 = blk * BLOCK + lane * VEC
+        # The lane's 4 bf16: one 8-byte load where the row stride is a multiple of 16 elements
+        # (base 16-byte aligned, checked at call), else 4 2-byte loads.
+        off = row * x.stride[0] + col0
+        if cutlass.const_expr(x_vec):
+            off = cute.assume(off, divby=VEC)
+        xr = cute.make_rmem_tensor(VEC, cutlass.BFloat16)
+        cute.autovec_copy(cute.make_tensor(x.iterator + off, cute.make_layout(VEC)), xr)
         amax = Int32(0)
         for j in cutlass.range_constexpr(VEC):
-            u = x[row, col0 + j].to(Float32).bitcast(Int32)
-            amax = cutlass.max(amax, u & 0x7FFFFFFF)
-        amax = cute.arch.warp_reduction_max(amax)
+            amax = cutlass.max(amax, xr[j].to(Float32).bitcast(Int32) & 0x7FFFFFFF)
+        amax = cute.arch.warp_redux_sync(amax, kind="max")  # one redux.sync.max.s32, values >= 0
         a = cutlass.max(amax, Int32(AMAX_FLOOR_BITS)).bitcast(Float32)
         d = mul_rn(a, Int32(INV448_BITS).bitcast(Float32))
         e = ((d.bitcast(Int32) + 0x7FFFFF) >> 23) - 127
         inv_scale = ((127 - e) << 23).bitcast(Float32)
-        for j in cutlass.range_constexpr(VEC):
-            y = mul_rn(x[row, col0 + j].to(Float32), inv_scale)
-            q[row, col0 + j] = _e4m3_code(y.bitcast(Int32)).to(cutlass.Uint8)
+        # Four e4m3 bytes, element col0 in the low byte: a little-endian 4-byte store writes them
+        # in column order (q rows are n_cols bytes, n_cols a multiple of 128: 4-byte aligned).
+        word = cute.make_rmem_tensor(1, Uint32)
+        word[0] = e4m3x4(mul_rn(xr[0].to(Float32), inv_scale), mul_rn(xr[1].to(Float32), inv_scale),
+                         mul_rn(xr[2].to(Float32), inv_scale), mul_rn(xr[3].to(Float32), inv_scale))
+        qp = q.iterator + cute.assume(row * q.shape[1] + col0, divby=VEC)
+        cute.autovec_copy(word, cute.make_tensor(cute.recast_ptr(qp, dtype=Uint32), cute.make_layout(1)))
         if lane == 0:
             s[row, blk] = ((e + 127) << 23).bitcast(Float32)
 
 
 @cute.jit
 def _rowquant_host(x: cute.Tensor, q: cute.Tensor, s: cute.Tensor, stream: cuda.CUstream,
-                   rows_per_cta: cutlass.Constexpr):
+                   rows_per_cta: cutlass.Constexpr, x_vec: cutlass.Constexpr):
     grid_m = (x.shape[0] + rows_per_cta - 1) // rows_per_cta
-    _rowquant_kernel(x, q, s, rows_per_cta).launch(
+    _rowquant_kernel(x, q, s, rows_per_cta, x_vec).launch(
         grid=(grid_m, x.shape[1] // BLOCK, 1), block=(32 * rows_per_cta, 1, 1), stream=stream)
 
 
@@ -93,12 +93,12 @@ class RowQuantCuTeDSL(RowQuantBase, CuTeDSLJitKernel["RowQuantBase.CompileKey"])
     def warmup_inputs(self, key: RowQuantBase.CompileKey) -> tuple[Any, ...]:
         m = sym(symbol="M")  # one symbol shared by the three tensors: the same runtime M
         # The row stride's class from the key: divisible by 16 elements, or nothing assumed.
-        stride = sym(divisibility=16 if key.x_stride_class.endswith("div16") else 1, symbol="ldx")
+        stride = sym(divisibility=16 if _x_vec(key) else 1, symbol="ldx")
         n = key.n_cols
         x = fake_tensor(cutlass.BFloat16, (m, n), (stride, 1))
         q = fake_tensor(cutlass.Uint8, (m, n))
         s = fake_tensor(Float32, (m, n // BLOCK))
-        return x, q, s, fake_stream(self.tvm_ffi), key.rows_per_program
+        return x, q, s, fake_stream(self.tvm_ffi), key.rows_per_program, _x_vec(key)
 
 
     def launch_args(self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> tuple[Any, ...]:

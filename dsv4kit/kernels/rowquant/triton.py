@@ -1,10 +1,26 @@
 """rowquant in Triton: one program quantizes ROWS rows x one 128-wide block.
 
-Bit-exact on GPU and under the CPU interpreter: the only float operations are the exact
-bf16 -> fp32 upcast, one rounded multiply ``fl(a * fl(1/448))`` (same ``clog2`` as the
-division for bf16-valued amax, spec §2.1) and the exact scaling by ``2**-e``; the amax, the
-exponent and the e4m3 rounding are integer operations on fp32 bit patterns (spec §2.1
-recipes), so no float cast of the interpreter (D3) is ever asked to round.
+Thread mapping (4 warps, Triton's layouts): with ROWS = 4 warp w holds row ``4 * pid + w``, each
+lane 4 consecutive bf16 (one 8-byte load) whose 4 e4m3 bytes it writes with one 4-byte store;
+the block amax is one ``redux.sync.max`` per warp, and the 4 scales go out through shared
+memory (the 1-D scale store has its own layout). With ROWS = 1 (fewer than ``COARSEN_AT``
+rows) the row is spread over the 4 warps, one element per lane, amax across warps through
+shared memory.
+
+Numerics (spec §2.1), bit-exact on GPU and under the CPU interpreter: the float operations are
+the exact bf16 -> fp32 upcast, one rounded multiply ``fl(a * fl(1/448))`` (same ``clog2`` as the
+division for bf16-valued amax) and the exact scaling ``y = x * 2**-e`` (|y| <= 448); the amax
+(|x| orders like its bit pattern) and the exponent are integer operations on fp32 bits. The
+e4m3 rounding of y depends on ``HW_CVT``:
+
+* GPU compiles (``HW_CVT`` true): ``y.to(tl.float8e4nv)``, which Triton 3.6 lowers to the
+  hardware ``cvt.rn.satfinite.e4m3x2.f32`` (two values per instruction): RNE, sign of zero
+  kept (-0 and negatives that round to zero give 0x80), saturation never reached (|y| <= 448).
+* the CPU interpreter (``interpreter_constexprs``: ``HW_CVT`` false): the integer recipe
+  :func:`_e4m3_code`, because the interpreter's fp32 -> fp8 cast drops the rounding carry
+  (D3). The two give the same byte for every |y| <= 448, so the interpreter tests the GPU's
+  bytes but not the GPU's instruction; ``tests/backends/test_rowquant_hw_cvt.py`` checks the PTX
+  and ``benchmarks/verify_backends.py`` the bytes on a GPU.
 """
 
 from __future__ import annotations
@@ -47,7 +63,7 @@ def _e4m3_code(u):
 
 @triton.jit(do_not_specialize=["n_rows"])
 def _rowquant_kernel(x_ptr, q_ptr, s_ptr, n_rows: tl.int32, x_row_stride, n_cols,
-                     ROWS: tl.constexpr, BLOCK: tl.constexpr):
+                     ROWS: tl.constexpr, BLOCK: tl.constexpr, HW_CVT: tl.constexpr = True):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     blk = tl.program_id(1)
     cols = blk * BLOCK + tl.arange(0, BLOCK)
@@ -55,16 +71,21 @@ def _rowquant_kernel(x_ptr, q_ptr, s_ptr, n_rows: tl.int32, x_row_stride, n_cols
     r = rows.to(tl.int64)[:, None]
     x = tl.load(x_ptr + r * x_row_stride + cols[None, :], mask=live, other=0.0).to(tl.float32)
     u = x.to(tl.int32, bitcast=True)
-    # |x| orders like its bit pattern, so the amax is an integer max (no float max semantics).
+    # |x| orders like its bit pattern, so the amax is an integer max (redux.sync on the GPU).
     amax = tl.max(u & 0x7FFFFFFF, axis=1)
     a = tl.maximum(amax, AMAX_FLOOR_BITS).to(tl.float32, bitcast=True)
     d = a * tl.full(a.shape, INV448_BITS, tl.int32).to(tl.float32, bitcast=True)
     e = ((d.to(tl.int32, bitcast=True) + 0x7FFFFF) >> 23) - 127  # clog2(d), d a positive normal
     y = x * ((127 - e) << 23).to(tl.float32, bitcast=True)[:, None]  # exact: times 2**-e
-    code = _e4m3_code(y.to(tl.int32, bitcast=True))
-    tl.store(q_ptr + r * n_cols + cols[None, :], code.to(tl.uint8), mask=live)
+    if HW_CVT:  # cvt.rn.satfinite.e4m3x2.f32
+        code = y.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+    else:
+        code = _e4m3_code(y.to(tl.int32, bitcast=True)).to(tl.uint8)
+    tl.store(q_ptr + r * n_cols + cols[None, :], code, mask=live)
     scale = ((e + 127) << 23).to(tl.float32, bitcast=True)  # 2**e
-    tl.store(s_ptr + rows.to(tl.int64) * (n_cols // BLOCK) + blk, scale, mask=rows < n_rows)
+    tl.static_assert(BLOCK == 128)
+    nblk = n_cols >> 7  # n_cols // BLOCK without the signed-division fixup (n_cols > 0)
+    tl.store(s_ptr + rows.to(tl.int64) * nblk + blk, scale, mask=rows < n_rows)
 
 
 class RowQuantTriton(RowQuantBase, TritonJitKernel["RowQuantBase.CompileKey"]):
@@ -80,10 +101,15 @@ class RowQuantTriton(RowQuantBase, TritonJitKernel["RowQuantBase.CompileKey"]):
         "n_cols": FromKey("n_cols"),
         "ROWS": FromKey("rows_per_program"),
         "BLOCK": Const(BLOCK),
+        "HW_CVT": Const(True),
     }
 
     def launch_options(self, key: RowQuantBase.CompileKey) -> dict[str, Any]:
         return {"num_warps": 4}
+
+    def interpreter_constexprs(self, key: RowQuantBase.CompileKey) -> dict[str, Any]:
+        # The interpreter cannot round in an fp32 -> fp8 cast: the integer recipe instead.
+        return {"HW_CVT": False}
 
     def grid(self, key: RowQuantBase.CompileKey, args: Mapping[str, Any]) -> tuple[int, ...]:
         return (triton.cdiv(args["n_rows"], key.rows_per_program), key.n_cols // BLOCK)
