@@ -2,15 +2,20 @@
 
 Grid ``(splits, nreq)`` as in the Triton kernel: CTA ``(s, b)`` writes output rows
 ``[s * rows_per_cta, (s + 1) * rows_per_cta) ∩ [0, G)`` of request ``b``. A row is handled by
-64 threads: threads 0..55 own 8 nope dims each (an 8-byte load of e4m3 codes, one scale byte,
-a 16-byte store of 8 bf16), threads 56..63 own 8 rope dims each (a 16-byte load and store of
-bf16 bit patterns). A CTA of ``THREADS`` threads covers ``THREADS // 64`` rows at a time and
-each thread does ``UNROLL`` rows per step, all loads issued before any store (bytes in flight).
+64 threads: threads 0..55 own 8 nope dims each (an 8-byte load of e4m3 codes as two 32-bit
+words, one scale byte, a 16-byte store of 8 bf16 as four words), threads 56..63 own 8 rope dims
+each (a 16-byte load and store of bf16 bit patterns). A CTA of ``THREADS`` threads covers
+``THREADS // 64`` rows at a time and each thread does ``UNROLL`` rows per step, all loads issued
+before any store (bytes in flight).
 
-Numerics are the Triton kernel's, step for step: the e4m3 value is built from bits, the scale
-``2**(sb - 127)`` is the fp32 with bits ``sb << 23``, their product is one ``mul.rn.f32``
-(exact), and the bf16 bits are the product's top half after an integer RNE step (a no-op in
-the contract range). The rope is copied as int16. No float conversion instruction rounds.
+Numerics are the Triton kernel's (which Triton lowers to the same instructions): each 16-bit
+half of a code word goes through one ``cvt.rn.f16x2.e4m3x2`` (two e4m3 bytes to two f16, the
+lower byte into the lower half; exact, as every e4m3 value is an f16 value), each f16 is widened
+to fp32 exactly and multiplied by the scale ``2**(sb - 127)`` (the fp32 with bits ``sb << 23``) in
+one ``mul.rn.f32``, exact for the contract's scale bytes 105..254, so the bf16 bits are the
+product's top half: one ``prmt`` packs the two of a pair. The rope is copied as int16. No
+instruction rounds in the contract range (outside it, NaN codes and other scale bytes give
+unspecified values: the low half is dropped, no fault).
 
 Tensors are passed flat (1-D): ``out`` as int16, the cache as the uint8 span of its pages
 (page ``p`` at byte ``p * P``), the block table as its int32 span with a runtime row stride.
@@ -24,11 +29,12 @@ from typing import Any
 import cutlass
 import cutlass.cute as cute
 import torch
-from cutlass import Float32, Int16, Int32, Int64, Uint8, Uint16, Uint32
+from cutlass import Float32, Int16, Int32, Int64, Uint8, Uint32
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
 
 from dsv4kit.backends.cutedsl import CuTeDSLJitKernel, fake_stream, fake_tensor, sym
 from dsv4kit.formats.ds_mla import DS_ENTRY_BYTES
-from dsv4kit.kernels.cute_numerics import mul_rn
 from dsv4kit.kernels.dequant_gather.spec import DequantGatherBase
 
 __all__ = ["DequantGatherCuTeDSL", "dequant_gather_host"]
@@ -44,20 +50,38 @@ ROWS_PER_STEP = ROWS_PER_PASS * UNROLL
 ROWS_PER_CTA = 4 * ROWS_PER_STEP
 
 
-@cute.jit
-def _bf16_bits(code: Uint32, scale: Float32) -> Int16:
-    """bf16 bits of ``e4m3_val(code) * scale`` (exact product, integer RNE), as int16."""
-    sign = (code & Uint32(0x80)) << Uint32(24)
-    em = code & Uint32(0x7F)
-    normal = (sign | ((em << Uint32(20)) + Uint32(0x3C000000))).bitcast(Float32)
-    sub_mag = mul_rn(Float32(em & Uint32(7)), Float32(0.001953125))      # M * 2**-9, exact
-    sub = (sub_mag.bitcast(Uint32) | sign).bitcast(Float32)
-    val = sub
-    if em >= Uint32(8):
-        val = normal
-    u = mul_rn(val, scale).bitcast(Uint32)
-    u = u + Uint32(0x7FFF) + ((u >> Uint32(16)) & Uint32(1))
-    return Uint16(u >> Uint32(16)).bitcast(Int16)
+@dsl_user_op
+def _dequant_pair(word: Uint32, half: int, scale: Float32, *, loc=None, ip=None) -> Uint32:
+    """bf16 bits of ``e4m3_val(b) * scale`` for the two code bytes in half ``half`` (0: bytes 0, 1;
+    1: bytes 2, 3) of ``word``, packed as one word (the lower byte's value in the low half).
+
+    ``cvt.rn.f16x2.e4m3x2`` decodes both bytes at once (the lower byte of its 16-bit operand into
+    the lower half; every e4m3 value, subnormals included, is an f16 value, so it is exact),
+    ``cvt.f32.f16`` widens exactly, one ``mul.rn.f32`` per value scales (exact in the contract
+    range), and ``prmt`` packs the two fp32 top halves: the bf16 bits, as the product is a bf16
+    value (outside the contract range the low half is truncated: unspecified values).
+    """
+    return Uint32(
+        llvm.inline_asm(
+            T.i32(),
+            [Uint32(word).ir_value(loc=loc, ip=ip), Float32(scale).ir_value(loc=loc, ip=ip)],
+            "{ .reg .b16 c0, c1, v0, v1; .reg .b32 h; .reg .f32 f0, f1;\n"
+            "mov.b32 {c0, c1}, $1;\n"
+            f"cvt.rn.f16x2.e4m3x2 h, c{half};\n"
+            "mov.b32 {v0, v1}, h;\n"
+            "cvt.f32.f16 f0, v0;\n"
+            "cvt.f32.f16 f1, v1;\n"
+            "mul.rn.f32 f0, f0, $2;\n"
+            "mul.rn.f32 f1, f1, $2;\n"
+            "prmt.b32 $0, f0, f1, 0x7632; }",
+            "=r,r,f",
+            has_side_effects=False,
+            is_align_stack=False,
+            asm_dialect=llvm.AsmDialect.AD_ATT,
+            loc=loc,
+            ip=ip,
+        )
+    )
 
 
 @cute.kernel
@@ -92,7 +116,7 @@ def _dequant_gather_kernel(
 
     for step in range(start, end, ROWS_PER_STEP):
         # Phase 1: every load of the step (rows past `end` re-read row end - 1 and store nothing).
-        codes = cute.make_rmem_tensor((8, UNROLL), Uint8)
+        codes = cute.make_rmem_tensor((2, UNROLL), Uint32)       # 8 e4m3 bytes, little-endian
         rope = cute.make_rmem_tensor((8, UNROLL), Int16)
         sbs = cute.make_rmem_tensor(UNROLL, Uint8)
         for u in cutlass.range_constexpr(UNROLL):
@@ -103,8 +127,8 @@ def _dequant_gather_kernel(
             page_base = page * page_stride64 * Int64(64)
             entry = page_base + slot * Int64(576)
             if t < NOPE_THREADS:
-                src = cute.make_tensor(mCache.iterator + cute.assume(entry + Int64(t * 8), divby=8),
-                                       cute.make_layout(8))
+                at = mCache.iterator + cute.assume(entry + Int64(t * 8), divby=8)
+                src = cute.make_tensor(cute.recast_ptr(at, dtype=Uint32), cute.make_layout(2))
                 cute.autovec_copy(src, codes[None, u])
                 sbs[u] = mCache[page_base + Int64(block_size * 576) + slot * Int64(8) + Int64(t // 8)]
             else:
@@ -118,11 +142,11 @@ def _dequant_gather_kernel(
                 row = (out_req + Int64(r)) * Int64(512)
                 if t < NOPE_THREADS:
                     scale = (Uint32(sbs[u]) << Uint32(23)).bitcast(Float32)   # 2**(sb - 127), exact
-                    vals = cute.make_rmem_tensor(8, Int16)
-                    for j in cutlass.range_constexpr(8):
-                        vals[j] = _bf16_bits(Uint32(codes[j, u]), scale)
-                    dst = cute.make_tensor(mOut.iterator + cute.assume(row + Int64(t * 8), divby=8),
-                                           cute.make_layout(8))
+                    vals = cute.make_rmem_tensor(4, Uint32)               # 8 bf16, dims 8t .. 8t + 7
+                    for j in cutlass.range_constexpr(4):
+                        vals[j] = _dequant_pair(codes[j // 2, u], j % 2, scale)
+                    at = mOut.iterator + cute.assume(row + Int64(t * 8), divby=8)
+                    dst = cute.make_tensor(cute.recast_ptr(at, dtype=Uint32), cute.make_layout(4))
                     cute.autovec_copy(vals, dst)
                 else:
                     dst = cute.make_tensor(

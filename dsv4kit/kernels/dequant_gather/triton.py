@@ -9,12 +9,17 @@ every program instance costs Python time).
 Per row (entry ``tok = L - G + i`` at page ``block_table[b, tok // BS]``, slot ``o = tok % BS``):
 
 * nope: a ``[ROWS, 8, 64]`` tile of e4m3 bytes (block 7 masked off: 448 = 7 x 64), the 8 scale
-  bytes of the entry (the 8th, the pad, is never used), and the exact product
-  ``e4m3_val(byte) * 2**(sb - 127)`` in fp32 (both factors built from bits, no table, no cast).
-  The product is exact, so its bf16 bits are the fp32 bits' top half; the integer RNE step in
-  between is a no-op for the contract's scale bytes 105..254 (outside them values are unspecified
-  and merely rounded, not truncated). The bits are stored through an int16 view: no cast rounds
-  (the only conversion, of a 3-bit subnormal mantissa to fp32, is exact).
+  bytes of the entry (the 8th, the pad, is never used), and the product
+  ``e4m3_val(byte) * 2**(sb - 127)`` in fp32. The byte is decoded by the cast
+  ``byte.to(float8e4nv, bitcast=True).to(float32)``: on sm_90 Triton lowers it to the hardware
+  ``cvt.rn.f16x2.e4m3x2`` (two bytes per instruction) and an f16 -> f32 widening, both exact (every
+  e4m3 value, subnormals included, is an f16 value); the interpreter decodes the same bits exactly
+  in numpy (the exhaustive byte x scale-byte table test checks both). The scale is the fp32 with
+  bits ``sb << 23``, and the one fp32 multiply is exact for the contract's scale bytes 105..254
+  (the product has at most 4 significant bits and is a normal bf16 value, or overflows to ±inf).
+  So its bf16 bits are the fp32 bits' top half, stored through an int16 view: no cast rounds
+  (outside the contract range, NaN codes and other scale bytes give unspecified values: the low
+  half is dropped, no fault).
 * rope: 64 bf16 copied as int16 bit patterns.
 
 All addresses are int64 (``page * P`` exceeds 2**31 in a large cache). Only block-table entries
@@ -46,23 +51,11 @@ HEAD: tl.constexpr = tl.constexpr(512)
 
 
 @triton.jit
-def _e4m3_value(b):
-    """Exact fp32 value of e4m3fn bytes ``b`` (uint32 in [0, 256)); the NaN codes decode to ±480."""
-    sign = (b & 0x80) << 24
-    em = b & 0x7F
-    # Normal: fp32 exponent E - 7 + 127 = E + 120, mantissa M in the top 3 bits: (em << 20) + (120 << 23).
-    normal = from_bits(sign | ((em << 20) + 0x3C000000))
-    # Subnormal (E == 0): M * 2**-9, exact in fp32; the sign bit is or-ed in (so 0x80 -> -0.0).
-    sub = from_bits(bits((em & 7).to(tl.float32) * 0.001953125) | sign)
-    return tl.where(em >= 8, normal, sub)
-
-
-@triton.jit
-def _bf16_bits(x):
-    """bf16 bit pattern (int16) of the fp32 ``x`` rounded to nearest even with integer ops."""
-    u = bits(x)
-    u = u + 0x7FFF + ((u >> 16) & 1)
-    return (u >> 16).to(tl.uint16).to(tl.int16, bitcast=True)
+def _dequant_bits(codes, scale):
+    """bf16 bits (int16) of ``e4m3_val(codes) * scale``: a hardware decode (exact), one exact fp32
+    multiply in the contract range, and the product's top half."""
+    val = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale
+    return (bits(val) >> 16).to(tl.uint16).to(tl.int16, bitcast=True)
 
 
 @triton.jit(
@@ -127,8 +120,8 @@ def dequant_gather_kernel(
         # which is never stored.
         sb = tl.load(cache_ptr + scale_at[:, None] + blk[None, :], mask=ok[:, None], other=127)
         scale = from_bits(sb.to(tl.uint32) << 23)                   # 2**(sb - 127), exact
-        val = _e4m3_value(codes.to(tl.uint32)) * scale[:, :, None]  # exact product
-        tl.store(out16 + out_row[:, None, None] + col[None, :, :], _bf16_bits(val), mask=m3)
+        vals = _dequant_bits(codes, scale[:, :, None])
+        tl.store(out16 + out_row[:, None, None] + col[None, :, :], vals, mask=m3)
 
         rope = tl.load(cache16 + rope_at[:, None] + lane[None, :], mask=ok[:, None])
         tl.store(out16 + out_row[:, None] + NOPE + lane[None, :], rope, mask=ok[:, None])
