@@ -10,12 +10,14 @@
 #     bash benchmarks/gpu_session_next.sh verify2 OUT_DIR   # issue 16: E1-E5 and K7 numerics, then their sweeps
 #     bash benchmarks/gpu_session_next.sh bench4 OUT_DIR    # issue 16: C4 and K1/K2 sweeps
 #     bash benchmarks/gpu_session_next.sh ncu OUT_DIR       # issue 16: Nsight Compute counters (NCU_FAMILIES)
+#     bash benchmarks/gpu_session_next.sh verify3 OUT_DIR   # issue 16: rowquant / K3 hardware e4m3, C4 CuTeDSL
+#     bash benchmarks/gpu_session_next.sh bench5 OUT_DIR    # issue 16: their sweeps, racecheck, host overhead
 # Before the store phase, on the CPU machine: bash benchmarks/prepare_gpu_store.sh, then carry
 # .carry-store with the call. CuTeDSL first (../shared/device/README.md: two calls). Each step
 # has its own time limit and log; one that fails or times out does not stop the others.
 # Everything ends up in OUT_DIR/records.tar.gz and OUT_DIR/session.log.
 set -u
-usage="usage: gpu_session_next.sh pipeline|store|finish|bench1|bench2|bench3|verify|verify2|bench4|ncu OUT_DIR"
+usage="usage: gpu_session_next.sh pipeline|store|finish|bench1|bench2|bench3|verify|verify2|bench4|ncu|verify3|bench5 OUT_DIR"
 source "$(dirname "$0")/gpu_session_lib.sh"
 session_begin "$usage" "$@"
 host_step() {  # issue 16's host-overhead table, real launches
@@ -77,6 +79,19 @@ bench4)
 ncu)
     step ncu 560 python3 benchmarks/ncu_profile.py --out "$work/ncu_h200" --timeout 550 \
         --families "${NCU_FAMILIES:-c4_compress,indexer_q,dequant_gather,c128_compress,rowquant}" ;;
+verify3)  # rowquant and K3 use the hardware e4m3 conversions, C4 CuTeDSL a CTA per token: bytes first
+    step rowquant_check 120 python3 benchmarks/verify_backends.py --out "$work/backends_h200"
+    step k3_check 120 python3 benchmarks/dequant_gather_gpu_check.py --out "$work/dequant_gather_h200" --cases 60
+    step c4_check 200 python3 benchmarks/c4_compress_gpu_check.py --out "$work/c4_compress_h200/check.json" \
+        --cases 30 --no-recip-weights
+    step launch_plans 60 python3 benchmarks/launch_plans_gpu_check.py --out "$work/launch_plans_h200" ;;
+bench5)
+    step c4_racecheck 120 compute-sanitizer --tool racecheck --report-api-errors no python3 benchmarks/sanitize_cases.py \
+        --quick --families c4_compress_ds_mla,c4_compress_plain,indexer_compress --backends cutedsl
+    bench_step c4_compress 200
+    bench_step rowquant 60
+    bench_step dequant_gather 70
+    host_step ;;
 *) echo "unknown phase $phase ($usage)" >&2; exit 2 ;;
 esac
 session_end

@@ -815,7 +815,8 @@ def cute_ctas(family: str, key: Any, values: Mapping[str, Any]) -> int | None:
         return cdiv(values["kv"].shape[0], tpc)
     if family in ("c4_compress_ds_mla", "c4_compress_plain", "indexer_compress"):
         from dsv4kit.kernels.c4_compress import cutedsl as m
-        return cdiv(values["positions"].shape[0], m.WARPS * m.TOKENS_PER_WARP)
+        t = values["positions"].shape[0]
+        return cdiv(t, m.tokens_per_cta(t))
     if family == "c128_compress":
         from dsv4kit.kernels.c128_compress import cutedsl as m
         t = values["positions"].shape[0]

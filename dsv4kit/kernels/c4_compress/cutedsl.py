@@ -1,44 +1,37 @@
 """CuTeDSL backend of the C4 compressors K5, K6, K9: one pooling core, the encoders' routine.
 
-Mapping. CTAs of :data:`WARPS` = 4 warps (``ceil(T / 16)`` CTAs; 8 KiB of shared memory each
-for head 512, none for head 128); warp ``w`` of CTA ``b`` owns the :data:`TOKENS_PER_WARP` (G = 4)
-consecutive tokens ``t0 = (b * WARPS + w) * G .. t0 + G - 1`` (< T). Lane ``i < G`` loads token ``t0 + i``'s
-position, state slot and kv slot; a warp ballot marks the live boundary tokens (slot >= 0, kv
-slot >= 0, ``(p + 1) % 4 == 0``) and the warp handles them one after the other (a warp-uniform
-loop that reads the token's position, kv slot and request row again, L1 hits, rather than keep
-them in registers; tokens that are not live cost no further load and no store). Consecutive
-tokens of a request hold consecutive positions, so a warp of G = 4 tokens usually has one
-boundary token to pool. Launch bound :data:`MIN_CTAS_PER_SM` = 6: at most 80 registers per
-thread (sm_90a: 78-79 for every key, no spills, no stack), 24 warps per SM (occupancy 0.375).
+Mapping. CTAs of ``D`` threads (head 512: 16 warps, head 128: 4 warps), thread ``x`` owns state
+column ``x``; CTA ``b`` scans the ``G`` consecutive tokens ``b * G .. b * G + G - 1`` (< T), ``G`` a
+runtime argument (:func:`tokens_per_cta`: 1 at decode sizes, so that every boundary token gets a
+CTA of its own; :data:`TOKENS_PER_CTA` in prefill, about one boundary token per CTA). In every
+warp lane ``i < G`` loads token ``i``'s position, state slot and kv slot and a ballot marks the
+live boundary tokens (slot >= 0, kv slot >= 0, ``(p + 1) % 4 == 0``): the same mask in all warps,
+so the token loop and its barrier are CTA-uniform (tokens that are not live cost no further load
+and no store). ``D * 2`` fp32 of shared memory (a double buffer of one pooled row).
 
-Per live token (:func:`pool_norm_rope`, then :func:`~dsv4kit.kernels.encoders.cutedsl.
-encode_store`):
+Per live token (all of it the whole CTA's, except 4.-6., one warp's):
 
-1. Window rows. Lane ``l`` computes row ``j = l % 8``'s offset (position ``q = p - 7 + j``): its
-   state row ``bt[req, q // sbs] * block_stride + (q % sbs) * 4D``, plus D for rows j >= 4 (half
-   B); every load shuffles its row's offset from lane j (the 8 offsets are not kept live across
-   the math). Rows with q < 0 (only rows 0..3, only at p = 3) are not read: score -inf, so their
-   weight is exactly 0, and they are left out of the sum (adding their +0 products to the +0
-   start would change no bit).
-2. Pooling, in chunks of 128 columns (D / 128 = 4 chunks for head 512, 1 for head 128): lane
-   ``l`` owns columns ``128 c + 4 l .. + 3`` of chunk c, so every warp load is 512 contiguous
-   bytes (16-byte vectors when ``block_stride % 4 == 0``, the usual case, since the state base
-   is 16-byte aligned and all other row offsets are multiples of 4 elements; element loads
-   otherwise, a warp-uniform runtime branch). Per chunk: the 8 x 4 scores, then per column
-   ``m = max_j s_j``, ``e_j = exp(s_j - m)``, ``S = sum_j e_j``, the weights ``fl(e_j / S)`` in
-   place; kv rows 0..3 are loaded before the divisions and summed, then rows 4..7:
-   ``c = sum_j w_j * k_j`` (sums in row order j = 0..7 from +0). At most 32 weights + 16 kv are
-   live (not 32 scores + 32 kv): that is what fits the 80 registers. The chunk loop is not
-   unrolled.
-3. Head 512: the chunks' pooled values go through shared memory (2 KiB per warp) so that lane
-   ``l`` ends up holding dims ``[16 l, 16 l + 16)``: the calling convention of ``encode_store``.
-   Head 128: lane ``l``'s chunk columns ``[4 l, 4 l + 4)`` are already that layout.
+1. Window rows (:func:`_row_offsets`). In each warp lane ``l`` computes row ``j = l % 8``'s offset
+   (position ``q = p - 7 + j``): its state row ``bt[req, q // sbs] * block_stride + (q % sbs) *
+   4D``, plus D for rows j >= 4 (half B); every load shuffles its row's offset from lane j. Rows
+   with q < 0 (only rows 0..3, only at p = 3) are not read: score -inf, so their weight is
+   exactly 0, and they are left out of the sum (adding their +0 products to the +0 start would
+   change no bit).
+2. Pooling (:func:`pool_column`): thread ``x`` issues its column's 8 score and 8 kv loads at
+   once (a warp load is 128 contiguous bytes, a CTA's 16 loads are the window's whole 32 D bytes
+   in flight), then ``m = max_j s_j``, ``e_j = exp(s_j - m)``, ``S = sum_j e_j``, ``w_j = fl(e_j /
+   S)``, ``c = sum_j w_j * k_j`` (sums in row order j = 0..7 from +0), and writes ``c`` to the
+   shared buffer of this token's parity; one CTA barrier.
+3. Warp ``k % (D / 32)`` of the ``k``-th live token reads the row back so that lane ``l`` holds
+   dims ``[l * EPT, (l + 1) * EPT)`` (``EPT = D / 32``), the calling convention of
+   ``encode_store``, while the other warps go on to the next token (the double buffer: the
+   reader of a buffer is done with it before the next barrier, so one barrier per token).
 4. RMSNorm: each lane sums its squares in order, a butterfly over the warp gives every lane the
    same total; ``rr = div.rn(1, sqrt.rn(fl(sum / D) + eps))``, ``n_d = fl(fl(c_d * rr) * w_d)``.
 5. RoPE on the lanes that hold the last 64 dims (28..31 for head 512, 16..31 for head 128),
    GPT-J pairs within the lane, cos/sin row ``(p // 4) * 4``.
 6. ``encode_store`` with the key's encoder (E1; E2 / E3; E4 / E5), the very routine the store
-   hooks run, by the whole warp.
+   hooks run, by that one warp.
 
 Numerics: every product and sum is an ``.rn`` instruction (never contracted into an FMA), the
 weights ``div.rn.f32`` (IEEE division, :data:`IEEE_WEIGHTS`) and the norm ``sqrt.rn.f32`` /
@@ -78,24 +71,22 @@ from dsv4kit.kernels.cute_numerics import add_rn, mul_rn, sub_rn
 from dsv4kit.kernels.encoders.cutedsl import cache_align, div_rn, elems_per_lane, encode_store
 from dsv4kit.kernels.encoders.spec import key_encoder
 
-__all__ = ["IEEE_WEIGHTS", "MIN_CTAS_PER_SM", "TOKENS_PER_WARP", "WARPS", "C4CompressDsMlaCuTeDSL",
+__all__ = ["IEEE_WEIGHTS", "MIN_CTAS_PER_SM", "TOKENS_PER_CTA", "C4CompressDsMlaCuTeDSL",
            "C4CompressPlainCuTeDSL", "IndexerCompressCuTeDSL", "c4_compress_host", "exp_f32", "norm_rope",
-           "pool_norm_rope", "sqrt_rn"]
+           "pool_column", "sqrt_rn", "tokens_per_cta"]
 
 #: Softmax weights by IEEE division ``div.rn(e_j, S)``, as the reference (else ``fl(e_j * fl(1 / S))``,
 #: 8 divisions fewer per column; also within the compressor rule). A compile-time choice.
 IEEE_WEIGHTS = True
 
-#: Warps per CTA, and consecutive tokens per warp.
-WARPS = 4
-TOKENS_PER_WARP = 4
-#: Launch bound (``.minnctapersm``): 6 CTAs = 24 warps per SM, so ptxas fits the kernel in 80 registers
-#: (65536 / (6 * 128) = 85, allocated in steps of 8); the pooling chunk is written so that it needs
-#: no more (no spills, no stack). 8 (64 registers, occupancy 0.5) spills to the stack.
-MIN_CTAS_PER_SM = 6
+#: Consecutive tokens a CTA scans above :data:`_ONE_TOKEN_UP_TO` tokens (:func:`tokens_per_cta`).
+TOKENS_PER_CTA = 4
+_ONE_TOKEN_UP_TO = 1024
+#: Launch bound (``.minnctapersm``) for head 512 (16 warps per CTA); head 128 (4 warps) asks for 4x
+#: as many CTAs, the same warps per SM.
+MIN_CTAS_PER_SM = 2
 
 _ROWS = 8                    # the C4 window: 4 previous rows (half A) + 4 current rows (half B)
-_CHUNK = 128                 # columns per pooling chunk: 32 lanes x 4
 _NORM_DTYPES = {"bfloat16": BFloat16, "float32": Float32}
 
 # exp_f32 constants (fp32 by their bits).
@@ -157,146 +148,64 @@ def exp_f32(x: Float32) -> Float32:
 
 
 @cute.jit
-def _load_rows(mState: cute.Tensor, mine: Int64, col: Int64, dst: cute.Tensor, off: cutlass.Constexpr,
-               j0: cutlass.Constexpr, j1: cutlass.Constexpr, d0: cutlass.Constexpr, vec: cutlass.Constexpr):
-    """Rows ``j0 .. j1 - 1`` of one half (element offset ``off`` in the row: ``2 D`` scores, 0 kv)
-    at the lane's columns ``col .. col + 3`` into ``dst[:, j - d0]``: 16-byte loads when ``vec``
-    (every offset is then a multiple of 4 elements), else element loads. Row ``j``'s offset is
-    lane ``j``'s ``mine``, shuffled here (the 8 offsets are not kept live across the math)."""
-    for j in cutlass.range_constexpr(j0, j1):
-        at = cute.arch.shuffle_sync(mine, j) + col + Int64(off)
-        if cutlass.const_expr(vec):
-            src = mState.iterator + cute.assume(at, divby=4)
-            cute.autovec_copy(cute.make_tensor(src, cute.make_layout(4)), dst[None, j - d0])
-        else:
-            for e in cutlass.range_constexpr(4):
-                dst[e, j - d0] = mState[at + Int64(e)]
-
-
-@cute.jit
-def _load_vec_or_elems(mState: cute.Tensor, mine: Int64, col: Int64, vec_ok: cutlass.Boolean,
-                       dst: cute.Tensor, off: cutlass.Constexpr, j0: cutlass.Constexpr, j1: cutlass.Constexpr,
-                       d0: cutlass.Constexpr):
-    """:func:`_load_rows` by vectors or by elements (a warp-uniform branch)."""
-    if vec_ok:
-        _load_rows(mState, mine, col, dst, off, j0, j1, d0, True)
-    else:
-        _load_rows(mState, mine, col, dst, off, j0, j1, d0, False)
-
-
-@cute.jit
-def _accumulate(c: cute.Tensor, w: cute.Tensor, k: cute.Tensor, j0: cutlass.Constexpr):
-    """``c_i = fl(c_i + fl(w[i, j] * k[i, j - j0]))`` for rows ``j = j0 .. j0 + 3``, in row order."""
-    for i in cutlass.range_constexpr(4):
-        for j in cutlass.range_constexpr(j0, j0 + 4):
-            c[i] = add_rn(c[i], mul_rn(w[i, j], k[i, j - j0]))
-
-
-@cute.jit
-def _pool_chunk(mState: cute.Tensor, mine: Int64, col: Int64, full: cutlass.Boolean,
-                vec_ok: cutlass.Boolean, out: cute.Tensor, D: cutlass.Constexpr, ieee: cutlass.Constexpr):
-    """Pool the lane's 4 columns ``col .. col + 3`` over the window into ``out``; weights
-    ``div.rn(e_j, S)`` (``ieee``) or ``fl(e_j * div.rn(1, S))``. ``mine``: the state offset of row
-    ``lane % 8``.
-
-    Registers (occupancy): kv comes 4 rows at a time, so that at most 32 scores / weights + 16 kv
-    are live, never 32 scores + 32 kv: the scores first, then kv rows 0..3 (in flight during the
-    divisions), then rows 4..7 once rows 0..3 are summed. At p = 3 the first kv load takes rows
-    4..7 and rows 0..3 (score -inf, weight 0) are neither read nor summed: their products would add
-    +0 to the +0 start, so every value is the same, bit for bit.
-    """
-    sv = cute.make_rmem_tensor((4, _ROWS), Float32)
-    kv = cute.make_rmem_tensor((4, 4), Float32)
-    for j in cutlass.range_constexpr(4):
-        for e in cutlass.range_constexpr(4):
-            sv[e, j] = Float32(float("-inf"))
-    if full:
-        _load_vec_or_elems(mState, mine, col, vec_ok, sv, 2 * D, 0, _ROWS, 0)
-    else:
-        _load_vec_or_elems(mState, mine, col, vec_ok, sv, 2 * D, 4, _ROWS, 0)
-    total = cute.make_rmem_tensor(4, Float32)
-    for i in cutlass.range_constexpr(4):
-        m = sv[i, 0]
-        for j in cutlass.range_constexpr(1, _ROWS):
-            m = cute.arch.fmax(m, sv[i, j])
-        total[i] = Float32(0.0)
-        for j in cutlass.range_constexpr(_ROWS):
-            sv[i, j] = exp_f32(sub_rn(sv[i, j], m))
-            total[i] = add_rn(total[i], sv[i, j])
-    if full:
-        _load_vec_or_elems(mState, mine, col, vec_ok, kv, 0, 0, 4, 0)
-    else:
-        _load_vec_or_elems(mState, mine, col, vec_ok, kv, 0, 4, _ROWS, 4)
-    _weights(sv, total, 0, ieee)
-    _weights(sv, total, 4, ieee)
-    c = cute.make_rmem_tensor(4, Float32)
-    for i in cutlass.range_constexpr(4):
-        c[i] = Float32(0.0)
-    if full:
-        _accumulate(c, sv, kv, 0)
-        _load_vec_or_elems(mState, mine, col, vec_ok, kv, 0, 4, _ROWS, 4)
-    _accumulate(c, sv, kv, 4)
-    for i in cutlass.range_constexpr(4):
-        out[i] = c[i]
-
-
-@cute.jit
-def _weights(sv: cute.Tensor, total: cute.Tensor, j0: cutlass.Constexpr, ieee: cutlass.Constexpr):
-    """Rows ``j0 .. j0 + 3`` of ``sv`` (exp values) to weights in place: ``div.rn(e, S)`` or
-    ``fl(e * div.rn(1, S))``."""
-    for i in cutlass.range_constexpr(4):
-        if cutlass.const_expr(ieee):
-            for j in cutlass.range_constexpr(j0, j0 + 4):
-                sv[i, j] = div_rn(sv[i, j], total[i])
-        else:
-            inv = div_rn(Float32(1.0), total[i])
-            for j in cutlass.range_constexpr(j0, j0 + 4):
-                sv[i, j] = mul_rn(sv[i, j], inv)
-
-
-@cute.jit
-def pool_norm_rope(mState: cute.Tensor, mBT: cute.Tensor, mNW: cute.Tensor, mCS: cute.Tensor,
-                   sRow: cute.Tensor, req: Int32, p: Int64, sbs: Int32, block_stride: Int64,
-                   bt_stride: Int64, eps: Float32, D: cutlass.Constexpr, ieee: cutlass.Constexpr = True):
-    """The fp32 row y of the boundary token at position ``p`` of request ``req``, in the
-    calling convention of ``encode_store``: lane ``l`` holds dims ``[l * EPT, (l + 1) * EPT)``
-    (``EPT = D / 32``). Called by the whole warp (``p``, ``req`` warp-uniform). ``sRow``: the
-    warp's ``D`` fp32 of shared memory (head 512; None for head 128)."""
-    ept = elems_per_lane(D // 64)
-    nchunks = D // _CHUNK
-    lane = cute.arch.lane_idx()
-
-    # 1. Row offsets: lane l computes row j = l % 8, then every lane gets all 8.
-    j = lane % _ROWS
+def _row_offsets(mBT: cute.Tensor, req: Int32, p: Int64, sbs: Int32, block_stride: Int64, bt_stride: Int64,
+                 D: cutlass.Constexpr) -> Int64:
+    """Lane ``l``'s share of the window's row offsets: row ``j = l % 8`` (position ``q = p - 7 + j``)
+    at ``bt[req, q // sbs] * block_stride + (q % sbs) * 4D``, plus ``D`` for rows ``j >= 4`` (half B);
+    0 for ``q < 0`` (never read). Every warp computes its own (the block-table reads are L1 hits)."""
+    j = cute.arch.lane_idx() % _ROWS
     q = p - Int64(_ROWS - 1) + Int64(j)
     mine = Int64(0)
     if q >= Int64(0):
         q32 = Int32(q)
         blk = mBT[Int64(req) * bt_stride + Int64(q32 // sbs)]
-        half = Int64(j // 4) * Int64(D)                # rows 4..7 read half B
-        mine = Int64(blk) * block_stride + Int64(q32 % sbs) * Int64(4 * D) + half
-    full = p >= Int64(_ROWS - 1)
-    vec_ok = (block_stride & Int64(3)) == Int64(0)
+        mine = Int64(blk) * block_stride + Int64(q32 % sbs) * Int64(4 * D) + Int64(j // 4) * Int64(D)
+    return mine
 
-    # 2./3. Pooling, chunk by chunk; head 512 re-lays the row out through shared memory.
-    y = cute.make_rmem_tensor(ept, Float32)
-    if cutlass.const_expr(nchunks == 1):
-        _pool_chunk(mState, mine, Int64(lane * 4), full, vec_ok, y, D, ieee)
+
+@cute.jit
+def _pool_rows(mState: cute.Tensor, mine: Int64, col: Int64, j0: cutlass.Constexpr, D: cutlass.Constexpr,
+               ieee: cutlass.Constexpr) -> Float32:
+    """Column ``col`` pooled over window rows ``j0 .. 7`` (rows below ``j0`` have score -inf, weight
+    exactly 0: neither read nor summed, since their +0 products would change no bit of the +0 start).
+    Every score and kv load of the column is issued before the first use (16 loads in flight)."""
+    sv = cute.make_rmem_tensor(_ROWS, Float32)
+    kv = cute.make_rmem_tensor(_ROWS, Float32)
+    for j in cutlass.range_constexpr(j0):
+        sv[j] = Float32(float("-inf"))
+    for j in cutlass.range_constexpr(j0, _ROWS):
+        at = cute.arch.shuffle_sync(mine, j) + col
+        sv[j] = mState[at + Int64(2 * D)]
+        kv[j] = mState[at]
+    m = sv[0]
+    for j in cutlass.range_constexpr(1, _ROWS):
+        m = cute.arch.fmax(m, sv[j])
+    total = Float32(0.0)
+    for j in cutlass.range_constexpr(_ROWS):
+        sv[j] = exp_f32(sub_rn(sv[j], m))
+        total = add_rn(total, sv[j])
+    inv = Float32(0.0)
+    if cutlass.const_expr(not ieee):
+        inv = div_rn(Float32(1.0), total)
+    c = Float32(0.0)
+    for j in cutlass.range_constexpr(j0, _ROWS):
+        w = div_rn(sv[j], total) if cutlass.const_expr(ieee) else mul_rn(sv[j], inv)
+        c = add_rn(c, mul_rn(w, kv[j]))
+    return c
+
+
+@cute.jit
+def pool_column(mState: cute.Tensor, mine: Int64, col: Int64, full: cutlass.Boolean, D: cutlass.Constexpr,
+                ieee: cutlass.Constexpr) -> Float32:
+    """The pooled value of column ``col`` of the boundary token whose row offsets ``mine`` holds
+    (:func:`_row_offsets`): ``sum_j fl(w_j * k_j)`` in row order from +0 with ``w_j = div.rn(e_j, S)``
+    (``ieee``) or ``fl(e_j * div.rn(1, S))``. ``full``: ``p >= 7`` (else rows 0..3 do not exist)."""
+    c = Float32(0.0)
+    if full:
+        c = _pool_rows(mState, mine, col, 0, D, ieee)
     else:
-        cute.arch.sync_warp()                    # the previous token's reads of sRow are done
-        for ch in cutlass.range(nchunks, unroll=1):
-            cvals = cute.make_rmem_tensor(4, Float32)
-            col = ch * _CHUNK + lane * 4
-            _pool_chunk(mState, mine, Int64(col), full, vec_ok, cvals, D, ieee)
-            dst = cute.make_tensor(sRow.iterator + cute.assume(col, divby=4), cute.make_layout(4))
-            cute.autovec_copy(cvals, dst)
-        cute.arch.sync_warp()
-        src = cute.make_tensor(sRow.iterator + cute.assume(lane * ept, divby=4), cute.make_layout(ept))
-        cute.autovec_copy(src, y)
-
-    # 4./5. RMSNorm, RoPE at cos/sin row (p // 4) * 4.
-    norm_rope(y, mNW, mCS, p, eps, D, 2)
-    return y
+        c = _pool_rows(mState, mine, col, 4, D, ieee)
+    return c
 
 
 @cute.jit
@@ -351,6 +260,7 @@ def _c4_compress_kernel(
     eps: Float32,
     kv_bs: Int32,
     page_stride: Int64,
+    G: Int32,                # tokens per CTA (<= 32)
     D: cutlass.Constexpr,
     enc: cutlass.Constexpr,
     ieee: cutlass.Constexpr,
@@ -360,31 +270,41 @@ def _c4_compress_kernel(
     lane = cute.arch.lane_idx()
     warp = tidx // 32
     n = mPos.shape[0]
-    first = (bidx * WARPS + warp) * TOKENS_PER_WARP
+    first = bidx * G
+    ept = elems_per_lane(D // 64)
 
-    sRow = None                          # head 512 only: the warp's row in shared memory
-    if cutlass.const_expr(D > _CHUNK):
-        smem = cutlass.memory.SmemAllocator()
-        sBuf = smem.allocate_tensor(Float32, cute.make_layout((D, WARPS)), byte_alignment=16)
-        sRow = sBuf[None, warp]
+    smem = cutlass.memory.SmemAllocator()
+    sBuf = smem.allocate_tensor(Float32, cute.make_layout((D, 2)), byte_alignment=16)
 
-    # The warp's tokens: lane i < G reads token first + i; a ballot marks the live boundary ones.
-    # A live token's fields are read again (L1 hits) rather than kept in lanes 0..3 across the loop.
+    # The CTA's tokens: in every warp lane i < G reads token first + i, so the ballot (the live
+    # boundary tokens) is the same in all warps: the token loop and its barrier are CTA-uniform.
     t = first + lane
     live = cutlass.Boolean(False)
-    if lane < TOKENS_PER_WARP and t < n:
+    if lane < G and t < n:
         p = mPos[t]
         if mSlot[t] >= Int64(0) and mKvSlot[t] >= Int64(0) and (p & Int64(3)) == Int64(3):
             live = cutlass.Boolean(True)
     todo = cute.arch.vote_ballot_sync(live)
-    for i in cutlass.range(TOKENS_PER_WARP, unroll=1):
-        if ((todo >> i) & Int32(1)) != Int32(0):                  # warp-uniform
+    count = Int32(0)
+    for i in cutlass.range(G, unroll=1):
+        if ((todo >> i) & Int32(1)) != Int32(0):                  # CTA-uniform
             ti = first + i
             ti_p = mPos[ti]
-            ti_slot = mKvSlot[ti]
-            y = pool_norm_rope(mState, mBT, mNW, mCS, sRow, mReq[ti], ti_p, sbs, block_stride, bt_stride, eps,
-                               D, ieee)
-            encode_store(y, mCache, mScale, ti_slot, kv_bs, page_stride, enc, D // 64)
+            mine = _row_offsets(mBT, mReq[ti], ti_p, sbs, block_stride, bt_stride, D)
+            c = pool_column(mState, mine, Int64(tidx), ti_p >= Int64(_ROWS - 1), D, ieee)
+            buf = count & Int32(1)
+            sBuf[tidx, buf] = c
+            # Everyone's column is in sBuf[:, buf]; the reader of buffer buf two tokens ago
+            # loaded it before it reached the previous token's barrier, so no second barrier.
+            cute.arch.sync_threads()
+            if warp == count % Int32(D // 32):
+                y = cute.make_rmem_tensor(ept, Float32)
+                src = cute.make_tensor(sBuf.iterator + cute.assume(buf * D + lane * ept, divby=4),
+                                       cute.make_layout(ept))
+                cute.autovec_copy(src, y)
+                norm_rope(y, mNW, mCS, ti_p, eps, D, 2)
+                encode_store(y, mCache, mScale, mKvSlot[ti], kv_bs, page_stride, enc, D // 64)
+            count += Int32(1)
 
 
 @cute.jit
@@ -405,20 +325,27 @@ def c4_compress_host(
     eps: Float32,
     kv_bs: Int32,
     page_stride: Int64,
+    G: Int32,
     stream: Any,
     D: cutlass.Constexpr,
     enc: cutlass.Constexpr,
     ieee: cutlass.Constexpr = True,
 ):
-    """Launch K5 / K6 / K9: ``ceil(T / (WARPS * G))`` CTAs of ``32 * WARPS`` threads (module docstring)."""
+    """Launch K5 / K6 / K9: ``ceil(T / G)`` CTAs of ``D`` threads (module docstring)."""
     n = mPos.shape[0]
-    per_cta = WARPS * TOKENS_PER_WARP
     _c4_compress_kernel(mState, mReq, mPos, mSlot, mBT, mNW, mCS, mKvSlot, mCache, mScale, sbs, block_stride,
-                        bt_stride, eps, kv_bs, page_stride, D, enc, ieee).launch(
-        grid=[(n + per_cta - 1) // per_cta, 1, 1], block=[32 * WARPS, 1, 1], stream=stream,
+                        bt_stride, eps, kv_bs, page_stride, G, D, enc, ieee).launch(
+        grid=[(n + G - 1) // G, 1, 1], block=[D, 1, 1], stream=stream,
         # An explicit carveout (-1: the driver's default) keeps the DSL from querying a device for
         # one when min_blocks_per_mp > 1 (compiles run without a GPU).
-        min_blocks_per_mp=MIN_CTAS_PER_SM, preferred_smem_carveout=-1)
+        min_blocks_per_mp=MIN_CTAS_PER_SM * 512 // D, preferred_smem_carveout=-1)
+
+
+def tokens_per_cta(t: int) -> int:
+    """Tokens each CTA scans (``G``): 1 up to :data:`_ONE_TOKEN_UP_TO` tokens (decode: every boundary
+    token gets its own CTA), :data:`TOKENS_PER_CTA` above (prefill: about one boundary token per
+    CTA, since one token in four is one, and a quarter of the CTAs)."""
+    return 1 if t <= _ONE_TOKEN_UP_TO else TOKENS_PER_CTA
 
 
 def _unit(x: torch.Tensor, n: int) -> torch.Tensor:
@@ -452,7 +379,7 @@ class _C4CompressCuTeDSL:
             fake_tensor(Int64, (t,), align=8),
             fake_tensor(Uint8, (sym(symbol="cache_bytes", width=64),), align=cache_align(enc)),
             fake_tensor(Float32, (1,), align=4),
-            Int32(0), Int64(0), Int64(0), Float32(0.0), Int32(0), Int64(0),
+            Int32(0), Int64(0), Int64(0), Float32(0.0), Int32(0), Int64(0), Int32(0),
             fake_stream(self.tvm_ffi),
             key.head_size,
             enc,
@@ -470,7 +397,7 @@ class _C4CompressCuTeDSL:
         scale = st.scale.as_strided((1,), (1,))      # fp8_scale [1], or the stand-in's first element
         return (ops.state, _unit(token_to_req, t), _unit(positions, t), _unit(slot_mapping, t), bt, nw, cs,
                 _unit(kv_slot_mapping, t), st.cache, scale, ops.sbs, ops.block_stride, ops.bt_stride, ops.eps,
-                st.kv_bs, st.page_stride)
+                st.kv_bs, st.page_stride, tokens_per_cta(t))
 
 
 class C4CompressDsMlaCuTeDSL(_C4CompressCuTeDSL, C4CompressDsMlaBase,
