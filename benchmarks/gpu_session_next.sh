@@ -12,12 +12,13 @@
 #     bash benchmarks/gpu_session_next.sh ncu OUT_DIR       # issue 16: Nsight Compute counters (NCU_FAMILIES)
 #     bash benchmarks/gpu_session_next.sh verify3 OUT_DIR   # issue 16: rowquant / K3 hardware e4m3, C4 CuTeDSL
 #     bash benchmarks/gpu_session_next.sh bench5 OUT_DIR    # issue 16: their sweeps, racecheck, host overhead
+#     bash benchmarks/gpu_session_next.sh c4 OUT_DIR        # issue 16: C4 CuTeDSL numerics, racecheck, sweep
 # Before the store phase, on the CPU machine: bash benchmarks/prepare_gpu_store.sh, then carry
 # .carry-store with the call. CuTeDSL first (../shared/device/README.md: two calls). Each step
 # has its own time limit and log; one that fails or times out does not stop the others.
 # Everything ends up in OUT_DIR/records.tar.gz and OUT_DIR/session.log.
 set -u
-usage="usage: gpu_session_next.sh pipeline|store|finish|bench1|bench2|bench3|verify|verify2|bench4|ncu|verify3|bench5 OUT_DIR"
+usage="usage: gpu_session_next.sh pipeline|store|finish|bench1|bench2|bench3|verify|verify2|bench4|ncu|verify3|bench5|c4 OUT_DIR"
 source "$(dirname "$0")/gpu_session_lib.sh"
 session_begin "$usage" "$@"
 host_step() {  # issue 16's host-overhead table, real launches
@@ -92,6 +93,12 @@ bench5)
     bench_step rowquant 60
     bench_step dequant_gather 70
     host_step ;;
+c4)  # one C4 CuTeDSL revision: the rule on the GPU, shared-memory races, the sweep
+    step c4_check 200 python3 benchmarks/c4_compress_gpu_check.py --out "$work/c4_compress_h200/check.json" \
+        --cases 30 --no-recip-weights
+    step c4_racecheck 120 compute-sanitizer --tool racecheck --report-api-errors no python3 benchmarks/sanitize_cases.py \
+        --quick --families c4_compress_ds_mla,c4_compress_plain,indexer_compress --backends cutedsl
+    bench_step c4_compress 200 ;;
 *) echo "unknown phase $phase ($usage)" >&2; exit 2 ;;
 esac
 session_end

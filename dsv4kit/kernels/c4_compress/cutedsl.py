@@ -3,13 +3,13 @@
 Mapping. CTAs of ``D`` threads (head 512: 16 warps, head 128: 4 warps), thread ``x`` owns state
 column ``x``; CTA ``b`` scans the ``G`` consecutive tokens ``b * G .. b * G + G - 1`` (< T), ``G`` a
 runtime argument (:func:`tokens_per_cta`: 1 at decode sizes, so that every boundary token gets a
-CTA of its own; :data:`TOKENS_PER_CTA` in prefill, about one boundary token per CTA). In every
+CTA of its own; :data:`TOKENS_PER_CTA` in prefill, about four boundary tokens per CTA). In every
 warp lane ``i < G`` loads token ``i``'s position, state slot and kv slot and a ballot marks the
 live boundary tokens (slot >= 0, kv slot >= 0, ``(p + 1) % 4 == 0``): the same mask in all warps,
-so the token loop and its barrier are CTA-uniform (tokens that are not live cost no further load
-and no store). ``D * 2`` fp32 of shared memory (a double buffer of one pooled row).
+so the token loops and the barrier are CTA-uniform (tokens that are not live cost no further load
+and no store). ``D * MAX_TOKENS_PER_CTA`` fp32 of shared memory: one pooled row per live token.
 
-Per live token (all of it the whole CTA's, except 4.-6., one warp's):
+Phase 1, the whole CTA, for each live token in turn (no barrier in between):
 
 1. Window rows (:func:`_row_offsets`). In each warp lane ``l`` computes row ``j = l % 8``'s offset
    (position ``q = p - 7 + j``): its state row ``bt[req, q // sbs] * block_stride + (q % sbs) *
@@ -20,17 +20,19 @@ Per live token (all of it the whole CTA's, except 4.-6., one warp's):
 2. Pooling (:func:`pool_column`): thread ``x`` issues its column's 8 score and 8 kv loads at
    once (a warp load is 128 contiguous bytes, a CTA's 16 loads are the window's whole 32 D bytes
    in flight), then ``m = max_j s_j``, ``e_j = exp(s_j - m)``, ``S = sum_j e_j``, ``w_j = fl(e_j /
-   S)``, ``c = sum_j w_j * k_j`` (sums in row order j = 0..7 from +0), and writes ``c`` to the
-   shared buffer of this token's parity; one CTA barrier.
-3. Warp ``k % (D / 32)`` of the ``k``-th live token reads the row back so that lane ``l`` holds
-   dims ``[l * EPT, (l + 1) * EPT)`` (``EPT = D / 32``), the calling convention of
-   ``encode_store``, while the other warps go on to the next token (the double buffer: the
-   reader of a buffer is done with it before the next barrier, so one barrier per token).
-4. RMSNorm: each lane sums its squares in order, a butterfly over the warp gives every lane the
+   S)``, ``c = sum_j w_j * k_j`` (sums in row order j = 0..7 from +0), into ``sBuf[x, k]`` for
+   the k-th live token.
+
+One CTA barrier, then phase 2: warp ``k % (D / 32)`` takes the k-th live token and reads its row
+back so that lane ``l`` holds dims ``[l * EPT, (l + 1) * EPT)`` (``EPT = D / 32``), the calling
+convention of ``encode_store``, and runs 3.-5.; the warps without a token exit, and the SM's other
+CTAs stream their windows meanwhile.
+
+3. RMSNorm: each lane sums its squares in order, a butterfly over the warp gives every lane the
    same total; ``rr = div.rn(1, sqrt.rn(fl(sum / D) + eps))``, ``n_d = fl(fl(c_d * rr) * w_d)``.
-5. RoPE on the lanes that hold the last 64 dims (28..31 for head 512, 16..31 for head 128),
+4. RoPE on the lanes that hold the last 64 dims (28..31 for head 512, 16..31 for head 128),
    GPT-J pairs within the lane, cos/sin row ``(p // 4) * 4``.
-6. ``encode_store`` with the key's encoder (E1; E2 / E3; E4 / E5), the very routine the store
+5. ``encode_store`` with the key's encoder (E1; E2 / E3; E4 / E5), the very routine the store
    hooks run, by that one warp.
 
 Numerics: every product and sum is an ``.rn`` instruction (never contracted into an FMA), the
@@ -71,16 +73,19 @@ from dsv4kit.kernels.cute_numerics import add_rn, mul_rn, sub_rn
 from dsv4kit.kernels.encoders.cutedsl import cache_align, div_rn, elems_per_lane, encode_store
 from dsv4kit.kernels.encoders.spec import key_encoder
 
-__all__ = ["IEEE_WEIGHTS", "MIN_CTAS_PER_SM", "TOKENS_PER_CTA", "C4CompressDsMlaCuTeDSL",
-           "C4CompressPlainCuTeDSL", "IndexerCompressCuTeDSL", "c4_compress_host", "exp_f32", "norm_rope",
-           "pool_column", "sqrt_rn", "tokens_per_cta"]
+__all__ = ["IEEE_WEIGHTS", "MAX_TOKENS_PER_CTA", "MIN_CTAS_PER_SM", "TOKENS_PER_CTA",
+           "C4CompressDsMlaCuTeDSL", "C4CompressPlainCuTeDSL", "IndexerCompressCuTeDSL", "c4_compress_host",
+           "exp_f32", "norm_rope", "pool_column", "sqrt_rn", "tokens_per_cta"]
 
 #: Softmax weights by IEEE division ``div.rn(e_j, S)``, as the reference (else ``fl(e_j * fl(1 / S))``,
 #: 8 divisions fewer per column; also within the compressor rule). A compile-time choice.
 IEEE_WEIGHTS = True
 
-#: Consecutive tokens a CTA scans above :data:`_ONE_TOKEN_UP_TO` tokens (:func:`tokens_per_cta`).
-TOKENS_PER_CTA = 4
+#: Consecutive tokens a CTA scans above :data:`_ONE_TOKEN_UP_TO` tokens (:func:`tokens_per_cta`), and
+#: the most any launch may ask for: the shared buffer holds one pooled row per token (any token of
+#: the G may be a boundary token: a batch of one-token requests), ``512 * 16 * 4`` = 32 KiB at most.
+TOKENS_PER_CTA = 16
+MAX_TOKENS_PER_CTA = 16
 _ONE_TOKEN_UP_TO = 1024
 #: Launch bound (``.minnctapersm``) for head 512 (16 warps per CTA); head 128 (4 warps) asks for 4x
 #: as many CTAs, the same warps per SM.
@@ -260,7 +265,7 @@ def _c4_compress_kernel(
     eps: Float32,
     kv_bs: Int32,
     page_stride: Int64,
-    G: Int32,                # tokens per CTA (<= 32)
+    G: Int32,                # tokens per CTA (<= MAX_TOKENS_PER_CTA)
     D: cutlass.Constexpr,
     enc: cutlass.Constexpr,
     ieee: cutlass.Constexpr,
@@ -274,10 +279,10 @@ def _c4_compress_kernel(
     ept = elems_per_lane(D // 64)
 
     smem = cutlass.memory.SmemAllocator()
-    sBuf = smem.allocate_tensor(Float32, cute.make_layout((D, 2)), byte_alignment=16)
+    sBuf = smem.allocate_tensor(Float32, cute.make_layout((D, MAX_TOKENS_PER_CTA)), byte_alignment=16)
 
     # The CTA's tokens: in every warp lane i < G reads token first + i, so the ballot (the live
-    # boundary tokens) is the same in all warps: the token loop and its barrier are CTA-uniform.
+    # boundary tokens) is the same in all warps: the token loops and the barrier are CTA-uniform.
     t = first + lane
     live = cutlass.Boolean(False)
     if lane < G and t < n:
@@ -285,26 +290,31 @@ def _c4_compress_kernel(
         if mSlot[t] >= Int64(0) and mKvSlot[t] >= Int64(0) and (p & Int64(3)) == Int64(3):
             live = cutlass.Boolean(True)
     todo = cute.arch.vote_ballot_sync(live)
+
+    # Phase 1, the whole CTA: the k-th live token's pooled row into sBuf[:, k], no barrier between.
     count = Int32(0)
     for i in cutlass.range(G, unroll=1):
-        if ((todo >> i) & Int32(1)) != Int32(0):                  # CTA-uniform
+        if ((todo >> i) & Int32(1)) != Int32(0):
             ti = first + i
             ti_p = mPos[ti]
             mine = _row_offsets(mBT, mReq[ti], ti_p, sbs, block_stride, bt_stride, D)
-            c = pool_column(mState, mine, Int64(tidx), ti_p >= Int64(_ROWS - 1), D, ieee)
-            buf = count & Int32(1)
-            sBuf[tidx, buf] = c
-            # Everyone's column is in sBuf[:, buf]; the reader of buffer buf two tokens ago
-            # loaded it before it reached the previous token's barrier, so no second barrier.
-            cute.arch.sync_threads()
-            if warp == count % Int32(D // 32):
+            sBuf[tidx, count] = pool_column(mState, mine, Int64(tidx), ti_p >= Int64(_ROWS - 1), D, ieee)
+            count += Int32(1)
+    cute.arch.sync_threads()
+
+    # Phase 2, warp k % (D / 32): the k-th live token's norm, RoPE and encode, from sBuf[:, k].
+    k = Int32(0)
+    for i in cutlass.range(G, unroll=1):
+        if ((todo >> i) & Int32(1)) != Int32(0):
+            if warp == k % Int32(D // 32):                          # warp-uniform
+                ti = first + i
                 y = cute.make_rmem_tensor(ept, Float32)
-                src = cute.make_tensor(sBuf.iterator + cute.assume(buf * D + lane * ept, divby=4),
+                src = cute.make_tensor(sBuf.iterator + cute.assume(k * D + lane * ept, divby=4),
                                        cute.make_layout(ept))
                 cute.autovec_copy(src, y)
-                norm_rope(y, mNW, mCS, ti_p, eps, D, 2)
+                norm_rope(y, mNW, mCS, mPos[ti], eps, D, 2)
                 encode_store(y, mCache, mScale, mKvSlot[ti], kv_bs, page_stride, enc, D // 64)
-            count += Int32(1)
+            k += Int32(1)
 
 
 @cute.jit
@@ -343,8 +353,9 @@ def c4_compress_host(
 
 def tokens_per_cta(t: int) -> int:
     """Tokens each CTA scans (``G``): 1 up to :data:`_ONE_TOKEN_UP_TO` tokens (decode: every boundary
-    token gets its own CTA), :data:`TOKENS_PER_CTA` above (prefill: about one boundary token per
-    CTA, since one token in four is one, and a quarter of the CTAs)."""
+    token gets a CTA of its own), :data:`TOKENS_PER_CTA` above (prefill: about 4 boundary tokens per
+    CTA, one token in four being one, so that up to 4 warps encode at once while the CTA's other
+    warps and the SM's other CTA stream the next windows)."""
     return 1 if t <= _ONE_TOKEN_UP_TO else TOKENS_PER_CTA
 
 
