@@ -16,7 +16,9 @@ the bytes model :func:`dsv4kit.bench.c4_compress_bytes`.
 2. Numerics, per op: the random cases ``cases.random_case(op, i)`` for ``i < --cases`` (T, requests,
    positions incl. 3, 7 and 1 048 575, sbs 4 / 16, kv_bs 64 / 2 / 1, pooled strides, padding, every
    score and kv regime, both weight dtypes, every format), every 10th one also with a state block
-   stride that is not a multiple of 4 (the kernels' element-load path), plus large-T cases in the
+   stride that is not a multiple of 4 (the kernels' element-load path), every 2nd one also padded
+   to T = 1100 with padding tokens (past the CuTeDSL decode kernel: its prefill kernel sees the
+   awkward cases too; the odd-stride copy where there is one), plus large-T cases in the
    production layout (``--large``; one and four requests from position 0, tokens in order, sbs 4,
    kv_bs 64, no padding; every format). Each case runs on sentinel-filled (0xA5) copies of its
    buffers: the reference on GPU tensors, and (unless ``--no-cpu-reference``) on CPU tensors too;
@@ -123,6 +125,29 @@ def in_order(case: C4Case) -> C4Case:
     for n in ("token_to_req", "positions", "slot_mapping", "kv_slot_mapping"):
         args[n] = a[n][order].contiguous()
     return replace(case, args=args, label=case.label + " in order")
+
+
+#: T of the padded copies of the random cases: past the CuTeDSL decode kernel's
+#: ``CTA_PER_TOKEN_UP_TO`` (1024), so that its prefill kernel sees every awkward case too.
+PAST_DECODE_T = 1100
+
+
+def past_decode(case: C4Case, t: int = PAST_DECODE_T) -> C4Case:
+    """``case`` with padding tokens (slot and kv slot -1, boundary positions) shuffled in up to ``t``
+    tokens: the same live tokens and expected cache, at a prefill-size T."""
+    a = case.args
+    n = a["positions"].shape[0]
+    extra = max(0, t - n)
+    g = torch.Generator().manual_seed(n)
+    order = torch.randperm(n + extra, generator=g)
+    args = dict(a)
+    pads = {"token_to_req": torch.zeros(extra, dtype=a["token_to_req"].dtype),
+            "positions": torch.full((extra,), 7, dtype=a["positions"].dtype),
+            "slot_mapping": torch.full((extra,), -1, dtype=a["slot_mapping"].dtype),
+            "kv_slot_mapping": torch.full((extra,), -1, dtype=a["kv_slot_mapping"].dtype)}
+    for name, pad in pads.items():
+        args[name] = torch.cat((a[name], pad))[order].contiguous()
+    return replace(case, args=args, label=f"{case.label} padded to T={n + extra}")
 
 
 def large_cases(sizes: list[int], formats: tuple = FORMATS, nreqs: tuple[int, ...] = (1, 4)
@@ -373,9 +398,12 @@ def main(argv: list[str] | None = None) -> int:
                 case = random_case(op, i)
                 records += check_case(case, not args.no_cpu_reference, **run)[0]
                 if i % 10 == 0:
-                    records += check_case(odd_stride(case), not args.no_cpu_reference, **run)[0]
-            log(f"{op}: {args.cases} random cases (+ {(args.cases + 9) // 10} odd block strides) in "
-                f"{time.perf_counter() - t0:.1f} s")
+                    case = odd_stride(case)
+                    records += check_case(case, not args.no_cpu_reference, **run)[0]
+                if i % 2 == 0:
+                    records += check_case(past_decode(case), not args.no_cpu_reference, **run)[0]
+            log(f"{op}: {args.cases} random cases (+ {(args.cases + 9) // 10} odd block strides, "
+                f"{(args.cases + 1) // 2} padded to T = {PAST_DECODE_T}) in {time.perf_counter() - t0:.1f} s")
         for case in (large_cases([SMOKE_LARGE_T], SMOKE_FORMATS, (4,)) if args.cpu_smoke
                      else large_cases(sizes)):
             t0 = time.perf_counter()

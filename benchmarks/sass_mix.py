@@ -815,8 +815,7 @@ def cute_ctas(family: str, key: Any, values: Mapping[str, Any]) -> int | None:
         return cdiv(values["kv"].shape[0], tpc)
     if family in ("c4_compress_ds_mla", "c4_compress_plain", "indexer_compress"):
         from dsv4kit.kernels.c4_compress import cutedsl as m
-        t = values["positions"].shape[0]
-        return cdiv(t, m.tokens_per_cta(t))
+        return m.launch_grid(values["positions"].shape[0], key.head_size)[0]
     if family == "c128_compress":
         from dsv4kit.kernels.c128_compress import cutedsl as m
         t = values["positions"].shape[0]
@@ -825,6 +824,25 @@ def cute_ctas(family: str, key: Any, values: Mapping[str, Any]) -> int | None:
         x = values["x"]
         return cdiv(x.shape[0], key.rows_per_program) * (x.shape[1] // 128)
     return None
+
+
+def cute_kernel(family: str, values: Mapping[str, Any]) -> str | None:
+    """The kernel a CuTeDSL launch runs where one compile holds several (a part of its name); None:
+    the compile's only kernel."""
+    if family in ("c4_compress_ds_mla", "c4_compress_plain", "indexer_compress"):
+        from dsv4kit.kernels.c4_compress import cutedsl as m
+        return "_token_cta_kernel" if m.cta_per_token(values["positions"].shape[0]) else "_token_warp_kernel"
+    return None
+
+
+def entry_ptx(ptx: str, name: str) -> str:
+    """The PTX of the kernel whose ``.entry`` name contains ``name`` (all of ``ptx`` if none does)."""
+    starts = [m.start() for m in re.finditer(r"\.entry\s", ptx)]
+    for i, at in enumerate(starts):
+        body = ptx[at:starts[i + 1] if i + 1 < len(starts) else len(ptx)]
+        if name in body.split("(", 1)[0]:
+            return body
+    return ptx
 
 
 _REQNTID = re.compile(r"\.reqntid\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?")
@@ -875,8 +893,10 @@ def sass_tool_version(tool: Path) -> str | None:
     return next((ln for ln in lines if "release" in ln), lines[-1] if lines else None)
 
 
-def compile_one(cls: type, key: Any, arch: str, platform: Any) -> dict[str, Any]:
-    """Compile ``key`` of ``cls`` for ``arch`` ahead of time; SASS text, resources, launch config."""
+def compile_one(cls: type, key: Any, arch: str, platform: Any, kernel_hint: str | None = None
+                ) -> dict[str, Any]:
+    """Compile ``key`` of ``cls`` for ``arch`` ahead of time; SASS text, resources, launch config.
+    ``kernel_hint``: which of a compile's kernels the launch runs (:func:`cute_kernel`)."""
     from dsv4kit.bench_cli import _sass, sass_tool
 
     tool = sass_tool()
@@ -890,7 +910,11 @@ def compile_one(cls: type, key: Any, arch: str, platform: Any) -> dict[str, Any]
     if cubin is None:
         raise RuntimeError(f"{cls.__name__}: the artifact holds no cubin")
     ptx = art.text.get("ptx", "")
-    info = {k: v for k, v in art.info.items() if k not in ("kernels", "specialization")}
+    info = {k: v for k, v in art.info.items() if k not in ("kernels", "specialization", "per_kernel")}
+    chosen = next((n for n in art.info.get("kernels") or [] if kernel_hint and kernel_hint in n), None)
+    if chosen is not None:          # one kernel of several: its own resources and PTX
+        info.update(art.info.get("per_kernel", {}).get(chosen, {}))
+        ptx = entry_ptx(ptx, chosen)
     res: dict[str, Any] = {
         "registers": info.get("registers"), "spills": info.get("spills"),
         "local_bytes": info.get("local_bytes"), "static_shared": info.get("static_shared"),
@@ -914,7 +938,7 @@ def compile_one(cls: type, key: Any, arch: str, platform: Any) -> dict[str, Any]
         res["threads_source"] = "PTX .reqntid" if threads else "host launch config"
         if block and all(block) and threads and math.prod(block) != threads:
             res["threads_note"] = f"host launch block {block} differs from PTX .reqntid {threads}"
-        res["kernel_name"] = (art.info.get("kernels") or [None])[0]
+        res["kernel_name"] = chosen or (art.info.get("kernels") or [None])[0]
     res["sass"] = _sass(cubin, tool)
     return res
 
@@ -976,7 +1000,8 @@ def large_targets(plans: Sequence[Any], arch: str, log: Any = print) -> list[Tar
             seen.add((pt.family, variant, key))
             tgt = Target(plan.name, pt.family, variant, pt.config, size, plan.size_axis, pt.nbytes, key,
                          triton_ctas(kernel, key, launch), {})
-            tgt.values = {"cute_ctas": cute_ctas(pt.family, key, values)}
+            tgt.values = {"cute_ctas": cute_ctas(pt.family, key, values),
+                          "cute_kernel": cute_kernel(pt.family, values)}
             log(f"  {pt.family} {variant} {pt.config or '-'} size {size}: {key} "
                 f"({time.perf_counter() - t0:.1f} s)")
             out.append(tgt)
@@ -1017,7 +1042,8 @@ def analyze_target(tgt: Target, arch: str, platform: Any, log: Any = print) -> l
                          "skipped": "its CompileKey is not the Triton kernel's"})
             continue
         try:
-            res = compile_one(cls, tgt.key, arch, platform)
+            res = compile_one(cls, tgt.key, arch, platform,
+                              tgt.values.get("cute_kernel") if backend == "cutedsl" else None)
         except Exception as exc:
             rows.append({**base, "kernel": cls.__name__, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
             log(f"  {cls.__name__}: compile failed: {exc}")

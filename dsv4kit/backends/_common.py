@@ -71,7 +71,8 @@ _FUNC = re.compile(r"Function ([^:\s]+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d
 
 
 def cubin_resources(cubin: bytes, kernel_name: str | None = None) -> dict[str, Any]:
-    """Registers, local memory and static shared memory of the kernel in ``cubin``.
+    """Registers, local memory and static shared memory of the kernel in ``cubin`` (``kernel_name``);
+    of a cubin of several kernels without a name: the largest of each, and ``per_kernel`` by name.
 
     Read from the cubin with ``cuobjdump --dump-resource-usage``, so it works without a GPU.
     ``spills`` follows Triton's definition (local bytes / 4, what ``CompiledKernel.n_spills``
@@ -88,10 +89,14 @@ def cubin_resources(cubin: bytes, kernel_name: str | None = None) -> dict[str, A
     funcs = [(m[1], int(m[2]), int(m[3]), int(m[4]), int(m[5])) for m in _FUNC.finditer(out)]
     if not funcs:
         return {}
-    chosen = [f for f in funcs if kernel_name and f[0] == kernel_name] or [max(funcs, key=lambda f: f[1])]
-    name, regs, stack, shared, local = chosen[0]
-    return {"registers": regs, "spills": local // 4, "local_bytes": local, "stack_bytes": stack,
-            "static_shared": shared}
+    chosen = [f for f in funcs if kernel_name and f[0] == kernel_name] or funcs
+    per = {name: {"registers": regs, "spills": local // 4, "local_bytes": local, "stack_bytes": stack,
+                  "static_shared": shared} for name, regs, stack, shared, local in chosen}
+    if len(per) == 1:
+        return next(iter(per.values()))
+    # Several kernels (one compile may launch either): the worst of each, and each one's own.
+    worst = {k: max(r[k] for r in per.values()) for k in next(iter(per.values()))}
+    return {**worst, "per_kernel": per}
 
 
 # --------------------------------------------------------------------------- store entries

@@ -1,9 +1,10 @@
 """CuTeDSL C4 compressors (K5, K6, K9) on a CPU-only machine.
 
 Every warmup key of the three ops (cache dtypes fp8_ds_mla / fp8 / bfloat16, indexer FP8 /
-MXFP4, norm weights bf16 / fp32) compiles for sm_90a, one compile per key; the PTX has no FMA,
-no approximate division / square root / exponential, 16-byte state loads and the documented
-warp-level structure; no spills; the runtime arguments line up with the fake signature; CPU
+MXFP4, norm weights bf16 / fp32) compiles for sm_90a, one compile per key holding two kernels
+(decode: a CTA per token; prefill: a warp per 4 tokens); the PTX of each has no FMA, no
+approximate division / square root / exponential and the documented thread / warp structure; no
+spills; the runtime arguments line up with the fake signature; CPU
 tensors are refused.
 
 Bytes are compared with the reference only on a GPU: ``benchmarks/c4_compress_gpu_check.py``.
@@ -66,6 +67,70 @@ def _label(cfg: C4CompressConfig) -> str:
 # --------------------------------------------------------------------------- compiles
 
 
+def _entries(ptx: str) -> dict[str, str]:
+    """The PTX of each kernel (from its ``.entry`` to the next), by ``cta`` / ``warp``."""
+    starts = [m.start() for m in re.finditer(r"\.visible \.entry|\.entry", ptx)]
+    out = {}
+    for i, s in enumerate(starts):
+        body = ptx[s:starts[i + 1] if i + 1 < len(starts) else len(ptx)]
+        out["cta" if "_token_cta_kernel" in body[:200] else "warp"] = body
+    return out
+
+
+def _check_common(ptx: str, key) -> None:
+    # §2.1 rule 1: no contraction; no approximate division, square root or exponential.
+    assert not re.search(r"\bfma\.", ptx) and not re.search(r"\bmad\.(rn\.)?f32", ptx)
+    for approx in ("div.full", "div.approx", "rcp.approx", "sqrt.approx", "rsqrt", "ex2.approx",
+                   "lg2.approx"):
+        assert approx not in ptx, (key, approx)
+    assert "sqrt.rn.f32" in ptx and "mul.rn.f32" in ptx
+    stores, _, _ = ENCODE[key_encoder(key)]
+    found = set(re.findall(r"st\.global[.\w]*", ptx))
+    assert stores <= found, (key, found)
+    assert ("cvt.rn.satfinite.e4m3x2.f32" in ptx) == (key_encoder(key) in (E1, E3, E4))
+
+
+def _check_cta_kernel(ptx: str, key) -> None:
+    """Decode: a CTA of D threads, thread = column, one barrier, warp 0 encodes."""
+    enc = key_encoder(key)
+    _, bfly, idx = ENCODE[enc]
+    assert f".reqntid {key.head_size}, 1, 1" in ptx
+    assert f".minnctapersm {c4_cute.CTA_MIN_CTAS_PER_SM * 512 // key.head_size}" in ptx
+    # IEEE weights: one column, 8 rows (p >= 7) or 4 (p = 3); rr; E3's 1 / s.
+    assert len(re.findall(r"div\.rn\.f32", ptx)) == 8 + 4 + 1 + (enc == E3), key
+    # State loads: one column, score + kv of 8 rows (p >= 7) and of 4 (p = 3), 32-bit each.
+    assert len(re.findall(r"ld\.global\.b32", ptx)) >= 2 * (8 + 4)
+    assert "vote.sync.ballot" not in ptx and len(re.findall(r"bar\.sync", ptx)) == 1
+    # The pooled row goes through shared memory: one column per thread in, EPT per lane out.
+    assert "st.shared.b32" in ptx and "ld.shared.v4.b32" in ptx
+    # RMSNorm butterfly (5 steps) plus encode_store's; 8 + 4 row offsets (2 x 32 bit each).
+    assert len(re.findall(r"shfl\.sync\.bfly", ptx)) == 5 + bfly, key
+    assert len(re.findall(r"shfl\.sync\.idx", ptx)) >= 2 * (8 + 4) + idx, key
+
+
+def _check_warp_kernel(ptx: str, key) -> None:
+    """Prefill: 4 warps, a warp per 4 tokens, chunks of 128 columns by 16-byte loads."""
+    enc = key_encoder(key)
+    _, bfly, idx = ENCODE[enc]
+    assert f".reqntid {32 * c4_cute.WARPS}, 1, 1" in ptx
+    assert f".minnctapersm {c4_cute.WARP_MIN_CTAS_PER_SM}" in ptx
+    # IEEE weights: 4 columns x 8 rows per chunk (the chunk loop body once), rr, E3's 1 / s.
+    assert len(re.findall(r"div\.rn\.f32", ptx)) == 4 * 8 + 1 + (enc == E3), key
+    # 16-byte vectors (8 rows x score + kv, p >= 7 and p = 3); element loads for a block stride
+    # that is not a multiple of 4.
+    assert len(re.findall(r"ld\.global\.v4\.b32", ptx)) == 24
+    assert re.search(r"ld\.global\.(nc\.)?f32|ld\.global\.b32", ptx)
+    # The warp's tokens: one ballot, a loop that is not unrolled, no CTA barrier.
+    assert len(re.findall(r"vote\.sync\.ballot", ptx)) == 1 and '.pragma "nounroll"' in ptx
+    assert not re.search(r"bar\.sync|barrier\.sync\.aligned", ptx)
+    # Head 512 re-lays the pooled row out through shared memory; head 128 does not.
+    relayout = key.head_size == 512
+    assert ("st.shared.v4.b32" in ptx) == relayout and ("ld.shared.v4.b32" in ptx) == relayout
+    # RMSNorm butterfly plus encode_store's; 8 row offsets and the token's fields shuffled.
+    assert len(re.findall(r"shfl\.sync\.bfly", ptx)) == 5 + bfly, key
+    assert len(re.findall(r"shfl\.sync\.idx", ptx)) >= 16 + 5 + idx, key
+
+
 @pytest.mark.parametrize("cfg", CONFIGS, ids=_label)
 def test_every_warmup_key_compiles_for_sm90a(cfg: C4CompressConfig) -> None:
     keys = []
@@ -73,37 +138,23 @@ def test_every_warmup_key_compiles_for_sm90a(cfg: C4CompressConfig) -> None:
         k = cls(cpu_platform("sm_90a"))
         for key in k.get_warmup_keys(cfg):
             keys.append(key)
-            enc = key_encoder(key)
             art = _artifact(cls, key)
             ptx = art.text["ptx"]
             assert art.target == "sm_90a" and ".target sm_90a" in ptx
-            assert art.info["spills"] == 0 and art.info["local_bytes"] == 0, art.info
-            assert 0 < art.info["registers"] <= 64, art.info          # 32 warps per SM
-            assert len(art.info["kernels"]) == 1
-            # §2.1 rule 1: no contraction; no approximate division, square root or exponential.
-            assert not re.search(r"\bfma\.", ptx) and not re.search(r"\bmad\.(rn\.)?f32", ptx)
-            for approx in ("div.full", "div.approx", "rcp.approx", "sqrt.approx", "rsqrt", "ex2.approx",
-                           "lg2.approx"):
-                assert approx not in ptx, (key, approx)
-            # IEEE weights: one column, 8 rows (p >= 7) or 4 (p = 3); rr; E3's 1 / s.
             assert c4_cute.IEEE_WEIGHTS
-            assert len(re.findall(r"div\.rn\.f32", ptx)) == 8 + 4 + 1 + (enc == E3), key
-            assert "sqrt.rn.f32" in ptx and "mul.rn.f32" in ptx
-            # State loads: one column, score + kv of 8 rows (p >= 7) and of 4 (p = 3), 32-bit each.
-            assert len(re.findall(r"ld\.global\.b32", ptx)) >= 2 * (8 + 4)
-            # The CTA's tokens: one ballot, loops that are not unrolled, one barrier (between the phases).
-            assert len(re.findall(r"vote\.sync\.ballot", ptx)) == 1
-            assert '.pragma "nounroll"' in ptx
-            assert len(re.findall(r"bar\.sync", ptx)) == 1
-            # The pooled rows go through shared memory: one column per thread in, EPT per lane out.
-            assert "st.shared.b32" in ptx and "ld.shared.v4.b32" in ptx
-            # RMSNorm butterfly (5 steps) plus encode_store's; 8 + 4 row offsets (2 x 32 bit each).
-            stores, bfly, idx = ENCODE[enc]
-            assert len(re.findall(r"shfl\.sync\.bfly", ptx)) == 5 + bfly, key
-            assert len(re.findall(r"shfl\.sync\.idx", ptx)) >= 2 * (8 + 4) + idx, key
-            found = set(re.findall(r"st\.global[.\w]*", ptx))
-            assert stores <= found, (key, found)
-            assert ("cvt.rn.satfinite.e4m3x2.f32" in ptx) == (enc in (E1, E3, E4))
+            # One compile, two kernels (decode and prefill); neither spills.
+            per = art.info["per_kernel"]
+            assert len(art.info["kernels"]) == 2 and set(per) == set(art.info["kernels"])
+            for name, res in per.items():
+                assert res["spills"] == 0 and res["local_bytes"] == 0 and res["stack_bytes"] == 0, (name, res)
+                cap = 64 if "_token_cta_kernel" in name else 80         # 32 / 24 warps per SM
+                assert 0 < res["registers"] <= cap, (name, res)
+            entries = _entries(ptx)
+            assert set(entries) == {"cta", "warp"}
+            for body in entries.values():
+                _check_common(body, key)
+            _check_cta_kernel(entries["cta"], key)
+            _check_warp_kernel(entries["warp"], key)
     assert keys or cfg.cache_dtype == "fp8_ds_mla"     # K6 has no key for an fp8_ds_mla cache
 
 
@@ -204,12 +255,16 @@ def test_exp_sequence_is_within_one_ulp() -> None:
 
 
 def test_mapping_constants() -> None:
-    # A CTA is one thread per column (head 512 at most: 1024 threads), G lanes read the tokens.
+    # Decode: a CTA is one thread per column (head 512 at most: 1024 threads); prefill: a warp per
+    # 4 tokens, lanes 0..3 read them, chunks of 32 lanes x 4 columns.
     assert all(d % 32 == 0 and d <= 1024 for d in (128, 512))
-    gs = {c4_cute.tokens_per_cta(t) for t in (1, 8, 64, 256, 1024, 1025, 65536)}
-    assert gs == {1, c4_cute.TOKENS_PER_CTA}
-    assert 1 <= c4_cute.TOKENS_PER_CTA <= c4_cute.MAX_TOKENS_PER_CTA <= 32
-    assert all(c4_cute.tokens_per_cta(t) == 1 for t in (1, 8, 64, 256))   # decode: a CTA per token
+    assert c4_cute.WARPS * 32 <= 1024 and c4_cute.TOKENS_PER_WARP <= 32
+    assert c4_cute._CHUNK == 32 * 4 and 512 % c4_cute._CHUNK == 0 and 128 % c4_cute._CHUNK == 0
+    up = c4_cute.CTA_PER_TOKEN_UP_TO
+    assert all(c4_cute.cta_per_token(t) for t in (1, 8, 64, 256, up))       # decode: a CTA per token
+    assert not any(c4_cute.cta_per_token(t) for t in (up + 1, 65536))
+    assert c4_cute.launch_grid(256, 512) == (256, 512) and c4_cute.launch_grid(up, 128) == (up, 128)
+    assert c4_cute.launch_grid(65536, 512) == (4096, 128) and c4_cute.launch_grid(up + 1, 128) == (65, 128)
 
 
 # --------------------------------------------------------------------------- runtime arguments
@@ -269,8 +324,8 @@ def test_launch_args_match_the_fakes(op: str, fmt: dict, norm: torch.dtype) -> N
         else:
             assert isinstance(arg, int | float) and not isinstance(fake, torch.Tensor)
     (state, req, pos, slot, bt, nw, cs, kvs, cache, scale, sbs, bstride, bt_stride, eps, kv_bs,
-     page_stride, g) = args
-    assert g == c4_cute.tokens_per_cta(t)
+     page_stride, per_token) = args
+    assert per_token == 1 and c4_cute.cta_per_token(t)          # a decode-size case
     sc = a["state_cache"]
     assert state.data_ptr() == sc.data_ptr() and state.data_ptr() % 16 == 0
     assert state.numel() == (sc.shape[0] - 1) * sc.stride(0) + sc.shape[1] * sc.shape[2]
@@ -291,6 +346,8 @@ def test_launch_args_match_the_fakes(op: str, fmt: dict, norm: torch.dtype) -> N
     assert scale.shape == (1,) and scale.dtype == torch.float32
     assert scale.data_ptr() == (fp8 if fp8 is not None else sc).data_ptr()
     assert eps == ops.eps and isinstance(eps, float)
+    big = c4_cute.CTA_PER_TOKEN_UP_TO + 1                     # the same call at a prefill T
+    assert k.launch_args(key, *(a[n] for n in _PER_CALL), ops, big)[-1] == 0
 
 
 def test_single_token_views_are_made_unit_stride() -> None:

@@ -1,15 +1,13 @@
 """CuTeDSL backend of the C4 compressors K5, K6, K9: one pooling core, the encoders' routine.
 
-Mapping. CTAs of ``D`` threads (head 512: 16 warps, head 128: 4 warps), thread ``x`` owns state
-column ``x``; CTA ``b`` scans the ``G`` consecutive tokens ``b * G .. b * G + G - 1`` (< T), ``G`` a
-runtime argument (:func:`tokens_per_cta`: 1 at decode sizes, so that every boundary token gets a
-CTA of its own; :data:`TOKENS_PER_CTA` in prefill, about four boundary tokens per CTA). In every
-warp lane ``i < G`` loads token ``i``'s position, state slot and kv slot and a ballot marks the
-live boundary tokens (slot >= 0, kv slot >= 0, ``(p + 1) % 4 == 0``): the same mask in all warps,
-so the token loops and the barrier are CTA-uniform (tokens that are not live cost no further load
-and no store). ``D * MAX_TOKENS_PER_CTA`` fp32 of shared memory: one pooled row per live token.
+Two kernels in one compile per key; the host function picks one from T at run time (the key is
+not involved: :func:`cta_per_token`).
 
-Phase 1, the whole CTA, for each live token in turn (no barrier in between):
+Decode, T <= :data:`CTA_PER_TOKEN_UP_TO` (:func:`_token_cta_kernel`): a CTA of ``D`` threads per
+token (head 512: 16 warps, head 128: 4 warps), thread ``x`` owns state column ``x``, so that one
+boundary token has its whole window (32 D bytes) in flight at once. Every thread reads the
+token's position, state slot and kv slot (broadcast loads): a CTA-uniform test of a live boundary
+token (slot >= 0, kv slot >= 0, ``(p + 1) % 4 == 0``); other CTAs exit. Then:
 
 1. Window rows (:func:`_row_offsets`). In each warp lane ``l`` computes row ``j = l % 8``'s offset
    (position ``q = p - 7 + j``): its state row ``bt[req, q // sbs] * block_stride + (q % sbs) *
@@ -17,34 +15,57 @@ Phase 1, the whole CTA, for each live token in turn (no barrier in between):
    with q < 0 (only rows 0..3, only at p = 3) are not read: score -inf, so their weight is
    exactly 0, and they are left out of the sum (adding their +0 products to the +0 start would
    change no bit).
-2. Pooling (:func:`pool_column`): thread ``x`` issues its column's 8 score and 8 kv loads at
-   once (a warp load is 128 contiguous bytes, a CTA's 16 loads are the window's whole 32 D bytes
-   in flight), then ``m = max_j s_j``, ``e_j = exp(s_j - m)``, ``S = sum_j e_j``, ``w_j = fl(e_j /
-   S)``, ``c = sum_j w_j * k_j`` (sums in row order j = 0..7 from +0), into ``sBuf[x, k]`` for
-   the k-th live token.
+2. Pooling (:func:`pool_column`): thread ``x`` issues its column's 8 score and 8 kv loads at once,
+   then ``m = max_j s_j``, ``e_j = exp(s_j - m)``, ``S = sum_j e_j``, ``w_j = fl(e_j / S)``,
+   ``c = sum_j w_j * k_j`` (sums in row order j = 0..7 from +0), into shared memory (``D`` fp32).
+3. One barrier; warp 0 reads the row back so that lane ``l`` holds dims ``[l * EPT, (l + 1) *
+   EPT)`` (``EPT = D / 32``), the calling convention of ``encode_store``, and runs steps 4.-6.
 
-One CTA barrier, then phase 2: warp ``k % (D / 32)`` takes the k-th live token and reads its row
-back so that lane ``l`` holds dims ``[l * EPT, (l + 1) * EPT)`` (``EPT = D / 32``), the calling
-convention of ``encode_store``, and runs 3.-5.; the warps without a token exit, and the SM's other
-CTAs stream their windows meanwhile.
+Prefill, T > :data:`CTA_PER_TOKEN_UP_TO` (:func:`_token_warp_kernel`): CTAs of :data:`WARPS` = 4
+warps (``ceil(T / 16)`` CTAs; 8 KiB of shared memory each for head 512, none for head 128); warp
+``w`` of CTA ``b`` owns the :data:`TOKENS_PER_WARP` (4) consecutive tokens ``t0 = (b * WARPS + w) *
+4 .. t0 + 3`` (< T). Lane ``i < 4`` loads token ``t0 + i``'s fields, a warp ballot marks the live
+boundary tokens and the warp pools, norms and encodes them one after the other (a warp-uniform
+loop that reads the token's fields again, L1 hits). Consecutive tokens of a request hold
+consecutive positions, so a warp usually has one boundary token. Launch bound
+:data:`WARP_MIN_CTAS_PER_SM` = 6: at most 80 registers, 24 warps per SM. Per live token
+(:func:`pool_norm_rope`):
 
-3. RMSNorm: each lane sums its squares in order, a butterfly over the warp gives every lane the
+1. Window rows as above (:func:`_row_offsets`).
+2. Pooling, in chunks of 128 columns (D / 128 = 4 chunks for head 512, 1 for head 128): lane
+   ``l`` owns columns ``128 c + 4 l .. + 3`` of chunk c, so every warp load is 512 contiguous
+   bytes (16-byte vectors when ``block_stride % 4 == 0``, the usual case, since the state base
+   is 16-byte aligned and all other row offsets are multiples of 4 elements; element loads
+   otherwise, a warp-uniform runtime branch). Per chunk: the 8 x 4 scores, then per column the
+   same softmax and weighted sum as above; kv rows 0..3 are loaded before the divisions and
+   summed, then rows 4..7 (at most 32 weights + 16 kv live: what fits the 80 registers).
+3. Head 512: the chunks' pooled values go through shared memory (2 KiB per warp) so that lane
+   ``l`` ends up holding dims ``[16 l, 16 l + 16)``. Head 128: the chunk is already that layout.
+
+Why two: a CTA per token puts a decode step's few windows in flight at once (3.1 us over an empty
+kernel at T = 1 on the H200, against 11.7 us for a warp per token), but in prefill its one encoding
+warp per token leaves the CTA's other warps idle (51 % of the copy bandwidth at T = 65536 against
+80 % for a warp per token); ``benchmarks/results/NOTES.md`` has both sweeps.
+
+Then, both kernels, by one warp per token:
+
+4. RMSNorm: each lane sums its squares in order, a butterfly over the warp gives every lane the
    same total; ``rr = div.rn(1, sqrt.rn(fl(sum / D) + eps))``, ``n_d = fl(fl(c_d * rr) * w_d)``.
-4. RoPE on the lanes that hold the last 64 dims (28..31 for head 512, 16..31 for head 128),
+5. RoPE on the lanes that hold the last 64 dims (28..31 for head 512, 16..31 for head 128),
    GPT-J pairs within the lane, cos/sin row ``(p // 4) * 4``.
-5. ``encode_store`` with the key's encoder (E1; E2 / E3; E4 / E5), the very routine the store
-   hooks run, by that one warp.
+6. ``encode_store`` with the key's encoder (E1; E2 / E3; E4 / E5), the very routine the store
+   hooks run.
 
-Numerics: every product and sum is an ``.rn`` instruction (never contracted into an FMA), the
-weights ``div.rn.f32`` (IEEE division, :data:`IEEE_WEIGHTS`) and the norm ``sqrt.rn.f32`` /
-``div.rn.f32``, as the reference computes them. ``exp`` is :func:`exp_f32`, written out with
-``.rn`` operations (no ``ex2.approx``): Cody-Waite reduction and a degree-7 polynomial, at most
-1 ulp from the exact value (about 90 % correctly rounded, subnormal results included); 2^k is
-applied with one integer add and one multiply. The 8-row sums run in the reference's order
-(j = 0..7, as PyTorch's CPU reduction); the norm's sum of squares (lane order, then a butterfly)
-and exp may differ from the reference in the last bit, so results follow the compressor rule of
-§2.12 (typically bit-identical on nearly every encoded element). The encode step is bit-exact
-given y.
+Numerics, the same in both kernels: every product and sum is an ``.rn`` instruction (never
+contracted into an FMA), the weights ``div.rn.f32`` (IEEE division, :data:`IEEE_WEIGHTS`) and the
+norm ``sqrt.rn.f32`` / ``div.rn.f32``, as the reference computes them. ``exp`` is :func:`exp_f32`,
+written out with ``.rn`` operations (no ``ex2.approx``): Cody-Waite reduction and a degree-7
+polynomial, at most 1 ulp from the exact value (about 90 % correctly rounded, subnormal results
+included); 2^k is applied with one integer add and one multiply. The 8-row sums run in the
+reference's order (j = 0..7, as PyTorch's CPU reduction); the norm's sum of squares (lane order,
+then a butterfly) and exp may differ from the reference in the last bit, so results follow the
+compressor rule of §2.12 (typically bit-identical on nearly every encoded element). The encode
+step is bit-exact given y.
 
 One compile per key serves every T, number of requests, block-table width, state pool (blocks,
 block stride, sbs), cache (pages, kv_bs, page stride) and norm weight of the key's dtype.
@@ -73,25 +94,31 @@ from dsv4kit.kernels.cute_numerics import add_rn, mul_rn, sub_rn
 from dsv4kit.kernels.encoders.cutedsl import cache_align, div_rn, elems_per_lane, encode_store
 from dsv4kit.kernels.encoders.spec import key_encoder
 
-__all__ = ["IEEE_WEIGHTS", "MAX_TOKENS_PER_CTA", "MIN_CTAS_PER_SM", "TOKENS_PER_CTA",
-           "C4CompressDsMlaCuTeDSL", "C4CompressPlainCuTeDSL", "IndexerCompressCuTeDSL", "c4_compress_host",
-           "exp_f32", "norm_rope", "pool_column", "sqrt_rn", "tokens_per_cta"]
+__all__ = ["CTA_MIN_CTAS_PER_SM", "CTA_PER_TOKEN_UP_TO", "IEEE_WEIGHTS", "TOKENS_PER_WARP", "WARPS",
+           "WARP_MIN_CTAS_PER_SM", "C4CompressDsMlaCuTeDSL", "C4CompressPlainCuTeDSL",
+           "IndexerCompressCuTeDSL", "c4_compress_host", "cta_per_token", "exp_f32", "launch_grid",
+           "norm_rope", "pool_column", "pool_norm_rope", "sqrt_rn"]
 
 #: Softmax weights by IEEE division ``div.rn(e_j, S)``, as the reference (else ``fl(e_j * fl(1 / S))``,
 #: 8 divisions fewer per column; also within the compressor rule). A compile-time choice.
 IEEE_WEIGHTS = True
 
-#: Consecutive tokens a CTA scans above :data:`_ONE_TOKEN_UP_TO` tokens (:func:`tokens_per_cta`), and
-#: the most any launch may ask for: the shared buffer holds one pooled row per token (any token of
-#: the G may be a boundary token: a batch of one-token requests), ``512 * 16 * 4`` = 32 KiB at most.
-TOKENS_PER_CTA = 16
-MAX_TOKENS_PER_CTA = 16
-_ONE_TOKEN_UP_TO = 1024
-#: Launch bound (``.minnctapersm``) for head 512 (16 warps per CTA); head 128 (4 warps) asks for 4x
-#: as many CTAs, the same warps per SM.
-MIN_CTAS_PER_SM = 2
+#: The decode kernel (a CTA per token) runs up to this many tokens, the prefill kernel above.
+CTA_PER_TOKEN_UP_TO = 1024
+#: Decode kernel's launch bound (``.minnctapersm``) for head 512 (16 warps per CTA): 64 registers;
+#: head 128 (4 warps) asks for 4x as many CTAs, the same warps per SM.
+CTA_MIN_CTAS_PER_SM = 2
+
+#: Prefill kernel: warps per CTA, and consecutive tokens per warp.
+WARPS = 4
+TOKENS_PER_WARP = 4
+#: Prefill kernel's launch bound: 6 CTAs = 24 warps per SM, so ptxas fits it in 80 registers
+#: (65536 / (6 * 128) = 85, allocated in steps of 8); the pooling chunk is written so that it needs
+#: no more (no spills, no stack). 8 (64 registers, occupancy 0.5) spills to the stack.
+WARP_MIN_CTAS_PER_SM = 6
 
 _ROWS = 8                    # the C4 window: 4 previous rows (half A) + 4 current rows (half B)
+_CHUNK = 128                 # prefill: columns per pooling chunk, 32 lanes x 4
 _NORM_DTYPES = {"bfloat16": BFloat16, "float32": Float32}
 
 # exp_f32 constants (fp32 by their bits).
@@ -214,6 +241,141 @@ def pool_column(mState: cute.Tensor, mine: Int64, col: Int64, full: cutlass.Bool
 
 
 @cute.jit
+def _load_rows(mState: cute.Tensor, mine: Int64, col: Int64, dst: cute.Tensor, off: cutlass.Constexpr,
+               j0: cutlass.Constexpr, j1: cutlass.Constexpr, d0: cutlass.Constexpr, vec: cutlass.Constexpr):
+    """Rows ``j0 .. j1 - 1`` of one half (element offset ``off`` in the row: ``2 D`` scores, 0 kv)
+    at the lane's columns ``col .. col + 3`` into ``dst[:, j - d0]``: 16-byte loads when ``vec``
+    (every offset is then a multiple of 4 elements), else element loads. Row ``j``'s offset is
+    lane ``j``'s ``mine``, shuffled here (the 8 offsets are not kept live across the math)."""
+    for j in cutlass.range_constexpr(j0, j1):
+        at = cute.arch.shuffle_sync(mine, j) + col + Int64(off)
+        if cutlass.const_expr(vec):
+            src = mState.iterator + cute.assume(at, divby=4)
+            cute.autovec_copy(cute.make_tensor(src, cute.make_layout(4)), dst[None, j - d0])
+        else:
+            for e in cutlass.range_constexpr(4):
+                dst[e, j - d0] = mState[at + Int64(e)]
+
+
+@cute.jit
+def _load_vec_or_elems(mState: cute.Tensor, mine: Int64, col: Int64, vec_ok: cutlass.Boolean,
+                       dst: cute.Tensor, off: cutlass.Constexpr, j0: cutlass.Constexpr, j1: cutlass.Constexpr,
+                       d0: cutlass.Constexpr):
+    """:func:`_load_rows` by vectors or by elements (a warp-uniform branch)."""
+    if vec_ok:
+        _load_rows(mState, mine, col, dst, off, j0, j1, d0, True)
+    else:
+        _load_rows(mState, mine, col, dst, off, j0, j1, d0, False)
+
+
+@cute.jit
+def _accumulate(c: cute.Tensor, w: cute.Tensor, k: cute.Tensor, j0: cutlass.Constexpr):
+    """``c_i = fl(c_i + fl(w[i, j] * k[i, j - j0]))`` for rows ``j = j0 .. j0 + 3``, in row order."""
+    for i in cutlass.range_constexpr(4):
+        for j in cutlass.range_constexpr(j0, j0 + 4):
+            c[i] = add_rn(c[i], mul_rn(w[i, j], k[i, j - j0]))
+
+
+@cute.jit
+def _pool_chunk(mState: cute.Tensor, mine: Int64, col: Int64, full: cutlass.Boolean,
+                vec_ok: cutlass.Boolean, out: cute.Tensor, D: cutlass.Constexpr, ieee: cutlass.Constexpr):
+    """Pool the lane's 4 columns ``col .. col + 3`` over the window into ``out``; weights
+    ``div.rn(e_j, S)`` (``ieee``) or ``fl(e_j * div.rn(1, S))``. ``mine``: the state offset of row
+    ``lane % 8``.
+
+    Registers (occupancy): kv comes 4 rows at a time, so that at most 32 scores / weights + 16 kv
+    are live, never 32 scores + 32 kv: the scores first, then kv rows 0..3 (in flight during the
+    divisions), then rows 4..7 once rows 0..3 are summed. At p = 3 the first kv load takes rows
+    4..7 and rows 0..3 (score -inf, weight 0) are neither read nor summed: their products would add
+    +0 to the +0 start, so every value is the same, bit for bit.
+    """
+    sv = cute.make_rmem_tensor((4, _ROWS), Float32)
+    kv = cute.make_rmem_tensor((4, 4), Float32)
+    for j in cutlass.range_constexpr(4):
+        for e in cutlass.range_constexpr(4):
+            sv[e, j] = Float32(float("-inf"))
+    if full:
+        _load_vec_or_elems(mState, mine, col, vec_ok, sv, 2 * D, 0, _ROWS, 0)
+    else:
+        _load_vec_or_elems(mState, mine, col, vec_ok, sv, 2 * D, 4, _ROWS, 0)
+    total = cute.make_rmem_tensor(4, Float32)
+    for i in cutlass.range_constexpr(4):
+        m = sv[i, 0]
+        for j in cutlass.range_constexpr(1, _ROWS):
+            m = cute.arch.fmax(m, sv[i, j])
+        total[i] = Float32(0.0)
+        for j in cutlass.range_constexpr(_ROWS):
+            sv[i, j] = exp_f32(sub_rn(sv[i, j], m))
+            total[i] = add_rn(total[i], sv[i, j])
+    if full:
+        _load_vec_or_elems(mState, mine, col, vec_ok, kv, 0, 0, 4, 0)
+    else:
+        _load_vec_or_elems(mState, mine, col, vec_ok, kv, 0, 4, _ROWS, 4)
+    _weights(sv, total, 0, ieee)
+    _weights(sv, total, 4, ieee)
+    c = cute.make_rmem_tensor(4, Float32)
+    for i in cutlass.range_constexpr(4):
+        c[i] = Float32(0.0)
+    if full:
+        _accumulate(c, sv, kv, 0)
+        _load_vec_or_elems(mState, mine, col, vec_ok, kv, 0, 4, _ROWS, 4)
+    _accumulate(c, sv, kv, 4)
+    for i in cutlass.range_constexpr(4):
+        out[i] = c[i]
+
+
+@cute.jit
+def _weights(sv: cute.Tensor, total: cute.Tensor, j0: cutlass.Constexpr, ieee: cutlass.Constexpr):
+    """Rows ``j0 .. j0 + 3`` of ``sv`` (exp values) to weights in place: ``div.rn(e, S)`` or
+    ``fl(e * div.rn(1, S))``."""
+    for i in cutlass.range_constexpr(4):
+        if cutlass.const_expr(ieee):
+            for j in cutlass.range_constexpr(j0, j0 + 4):
+                sv[i, j] = div_rn(sv[i, j], total[i])
+        else:
+            inv = div_rn(Float32(1.0), total[i])
+            for j in cutlass.range_constexpr(j0, j0 + 4):
+                sv[i, j] = mul_rn(sv[i, j], inv)
+
+
+@cute.jit
+def pool_norm_rope(mState: cute.Tensor, mBT: cute.Tensor, mNW: cute.Tensor, mCS: cute.Tensor,
+                   sRow: cute.Tensor, req: Int32, p: Int64, sbs: Int32, block_stride: Int64,
+                   bt_stride: Int64, eps: Float32, D: cutlass.Constexpr, ieee: cutlass.Constexpr = True):
+    """The fp32 row y of the boundary token at position ``p`` of request ``req``, in the
+    calling convention of ``encode_store``: lane ``l`` holds dims ``[l * EPT, (l + 1) * EPT)``
+    (``EPT = D / 32``). Called by the whole warp (``p``, ``req`` warp-uniform). ``sRow``: the
+    warp's ``D`` fp32 of shared memory (head 512; None for head 128)."""
+    ept = elems_per_lane(D // 64)
+    nchunks = D // _CHUNK
+    lane = cute.arch.lane_idx()
+
+    mine = _row_offsets(mBT, req, p, sbs, block_stride, bt_stride, D)     # 1. row lane % 8's offset
+    full = p >= Int64(_ROWS - 1)
+    vec_ok = (block_stride & Int64(3)) == Int64(0)
+
+    # 2./3. Pooling, chunk by chunk; head 512 re-lays the row out through shared memory.
+    y = cute.make_rmem_tensor(ept, Float32)
+    if cutlass.const_expr(nchunks == 1):
+        _pool_chunk(mState, mine, Int64(lane * 4), full, vec_ok, y, D, ieee)
+    else:
+        cute.arch.sync_warp()                    # the previous token's reads of sRow are done
+        for ch in cutlass.range(nchunks, unroll=1):
+            cvals = cute.make_rmem_tensor(4, Float32)
+            col = ch * _CHUNK + lane * 4
+            _pool_chunk(mState, mine, Int64(col), full, vec_ok, cvals, D, ieee)
+            dst = cute.make_tensor(sRow.iterator + cute.assume(col, divby=4), cute.make_layout(4))
+            cute.autovec_copy(cvals, dst)
+        cute.arch.sync_warp()
+        src = cute.make_tensor(sRow.iterator + cute.assume(lane * ept, divby=4), cute.make_layout(ept))
+        cute.autovec_copy(src, y)
+
+    # 4./5. RMSNorm, RoPE at cos/sin row (p // 4) * 4.
+    norm_rope(y, mNW, mCS, p, eps, D, 2)
+    return y
+
+
+@cute.jit
 def norm_rope(y: cute.Tensor, mNW: cute.Tensor, mCS: cute.Tensor, p: Int64, eps: Float32,
               D: cutlass.Constexpr, log2_ratio: cutlass.Constexpr):
     """RMSNorm, then RoPE of the last 64 dims, in place on a warp-held row ``y`` (lane ``l``:
@@ -248,7 +410,7 @@ def norm_rope(y: cute.Tensor, mNW: cute.Tensor, mCS: cute.Tensor, p: Int64, eps:
 
 
 @cute.kernel
-def _c4_compress_kernel(
+def _token_cta_kernel(
     mState: cute.Tensor,     # fp32 [*]: the state cache from its first block (16-byte aligned)
     mReq: cute.Tensor,       # int32 [T] token_to_req
     mPos: cute.Tensor,       # int64 [T]
@@ -265,56 +427,85 @@ def _c4_compress_kernel(
     eps: Float32,
     kv_bs: Int32,
     page_stride: Int64,
-    G: Int32,                # tokens per CTA (<= MAX_TOKENS_PER_CTA)
     D: cutlass.Constexpr,
     enc: cutlass.Constexpr,
     ieee: cutlass.Constexpr,
 ):
+    """Decode: CTA ``b`` pools token ``b`` (thread = column), warp 0 norms and encodes it."""
+    tidx, _, _ = cute.arch.thread_idx()
+    t, _, _ = cute.arch.block_idx()
+    lane = cute.arch.lane_idx()
+    ept = elems_per_lane(D // 64)
+
+    smem = cutlass.memory.SmemAllocator()
+    sRow = smem.allocate_tensor(Float32, cute.make_layout(D), byte_alignment=16)
+
+    p = mPos[t]                      # every thread reads the token (broadcast): a CTA-uniform test
+    if mSlot[t] >= Int64(0) and mKvSlot[t] >= Int64(0) and (p & Int64(3)) == Int64(3):
+        mine = _row_offsets(mBT, mReq[t], p, sbs, block_stride, bt_stride, D)
+        sRow[tidx] = pool_column(mState, mine, Int64(tidx), p >= Int64(_ROWS - 1), D, ieee)
+        cute.arch.sync_threads()
+        if tidx < 32:
+            y = cute.make_rmem_tensor(ept, Float32)
+            src = cute.make_tensor(sRow.iterator + cute.assume(lane * ept, divby=4), cute.make_layout(ept))
+            cute.autovec_copy(src, y)
+            norm_rope(y, mNW, mCS, p, eps, D, 2)
+            encode_store(y, mCache, mScale, mKvSlot[t], kv_bs, page_stride, enc, D // 64)
+
+
+@cute.kernel
+def _token_warp_kernel(
+    mState: cute.Tensor,     # fp32 [*]: the state cache from its first block (16-byte aligned)
+    mReq: cute.Tensor,       # int32 [T] token_to_req
+    mPos: cute.Tensor,       # int64 [T]
+    mSlot: cute.Tensor,      # int64 [T] state slots (< 0: padding)
+    mBT: cute.Tensor,        # int32 [*] block table: row r at r * bt_stride
+    mNW: cute.Tensor,        # bf16 / fp32 [D] norm weight
+    mCS: cute.Tensor,        # fp32 [max_pos * 64] cos/sin rows
+    mKvSlot: cute.Tensor,    # int64 [T] compressed-cache slots (< 0: skip)
+    mCache: cute.Tensor,     # uint8 [*]: the cache from its first page (StoreOperands.cache)
+    mScale: cute.Tensor,     # fp32 [1]: fp8_scale (E3), otherwise never read
+    sbs: Int32,
+    block_stride: Int64,
+    bt_stride: Int64,
+    eps: Float32,
+    kv_bs: Int32,
+    page_stride: Int64,
+    D: cutlass.Constexpr,
+    enc: cutlass.Constexpr,
+    ieee: cutlass.Constexpr,
+):
+    """Prefill: warp ``w`` of CTA ``b`` pools, norms and encodes the live ones of its 4 tokens."""
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     lane = cute.arch.lane_idx()
     warp = tidx // 32
     n = mPos.shape[0]
-    first = bidx * G
-    ept = elems_per_lane(D // 64)
+    first = (bidx * WARPS + warp) * TOKENS_PER_WARP
 
-    smem = cutlass.memory.SmemAllocator()
-    sBuf = smem.allocate_tensor(Float32, cute.make_layout((D, MAX_TOKENS_PER_CTA)), byte_alignment=16)
+    sRow = None                          # head 512 only: the warp's row in shared memory
+    if cutlass.const_expr(D > _CHUNK):
+        smem = cutlass.memory.SmemAllocator()
+        sBuf = smem.allocate_tensor(Float32, cute.make_layout((D, WARPS)), byte_alignment=16)
+        sRow = sBuf[None, warp]
 
-    # The CTA's tokens: in every warp lane i < G reads token first + i, so the ballot (the live
-    # boundary tokens) is the same in all warps: the token loops and the barrier are CTA-uniform.
+    # The warp's tokens: lane i < G reads token first + i; a ballot marks the live boundary ones.
+    # A live token's fields are read again (L1 hits) rather than kept in lanes 0..3 across the loop.
     t = first + lane
     live = cutlass.Boolean(False)
-    if lane < G and t < n:
+    if lane < TOKENS_PER_WARP and t < n:
         p = mPos[t]
         if mSlot[t] >= Int64(0) and mKvSlot[t] >= Int64(0) and (p & Int64(3)) == Int64(3):
             live = cutlass.Boolean(True)
     todo = cute.arch.vote_ballot_sync(live)
-
-    # Phase 1, the whole CTA: the k-th live token's pooled row into sBuf[:, k], no barrier between.
-    count = Int32(0)
-    for i in cutlass.range(G, unroll=1):
-        if ((todo >> i) & Int32(1)) != Int32(0):
+    for i in cutlass.range(TOKENS_PER_WARP, unroll=1):
+        if ((todo >> i) & Int32(1)) != Int32(0):                  # warp-uniform
             ti = first + i
             ti_p = mPos[ti]
-            mine = _row_offsets(mBT, mReq[ti], ti_p, sbs, block_stride, bt_stride, D)
-            sBuf[tidx, count] = pool_column(mState, mine, Int64(tidx), ti_p >= Int64(_ROWS - 1), D, ieee)
-            count += Int32(1)
-    cute.arch.sync_threads()
-
-    # Phase 2, warp k % (D / 32): the k-th live token's norm, RoPE and encode, from sBuf[:, k].
-    k = Int32(0)
-    for i in cutlass.range(G, unroll=1):
-        if ((todo >> i) & Int32(1)) != Int32(0):
-            if warp == k % Int32(D // 32):                          # warp-uniform
-                ti = first + i
-                y = cute.make_rmem_tensor(ept, Float32)
-                src = cute.make_tensor(sBuf.iterator + cute.assume(k * D + lane * ept, divby=4),
-                                       cute.make_layout(ept))
-                cute.autovec_copy(src, y)
-                norm_rope(y, mNW, mCS, mPos[ti], eps, D, 2)
-                encode_store(y, mCache, mScale, mKvSlot[ti], kv_bs, page_stride, enc, D // 64)
-            k += Int32(1)
+            ti_slot = mKvSlot[ti]
+            y = pool_norm_rope(mState, mBT, mNW, mCS, sRow, mReq[ti], ti_p, sbs, block_stride, bt_stride, eps,
+                               D, ieee)
+            encode_store(y, mCache, mScale, ti_slot, kv_bs, page_stride, enc, D // 64)
 
 
 @cute.jit
@@ -335,28 +526,42 @@ def c4_compress_host(
     eps: Float32,
     kv_bs: Int32,
     page_stride: Int64,
-    G: Int32,
+    per_token: Int32,
     stream: Any,
     D: cutlass.Constexpr,
     enc: cutlass.Constexpr,
     ieee: cutlass.Constexpr = True,
 ):
-    """Launch K5 / K6 / K9: ``ceil(T / G)`` CTAs of ``D`` threads (module docstring)."""
+    """Launch K5 / K6 / K9: ``per_token`` (:func:`cta_per_token`) 1: ``T`` CTAs of ``D`` threads;
+    0: ``ceil(T / 16)`` CTAs of 128 threads (module docstring). Both carveouts are explicit (-1: the
+    driver's default): that keeps the DSL from querying a device when min_blocks_per_mp > 1
+    (compiles run without a GPU)."""
     n = mPos.shape[0]
-    _c4_compress_kernel(mState, mReq, mPos, mSlot, mBT, mNW, mCS, mKvSlot, mCache, mScale, sbs, block_stride,
-                        bt_stride, eps, kv_bs, page_stride, G, D, enc, ieee).launch(
-        grid=[(n + G - 1) // G, 1, 1], block=[D, 1, 1], stream=stream,
-        # An explicit carveout (-1: the driver's default) keeps the DSL from querying a device for
-        # one when min_blocks_per_mp > 1 (compiles run without a GPU).
-        min_blocks_per_mp=MIN_CTAS_PER_SM * 512 // D, preferred_smem_carveout=-1)
+    args = (mState, mReq, mPos, mSlot, mBT, mNW, mCS, mKvSlot, mCache, mScale, sbs, block_stride, bt_stride,
+            eps, kv_bs, page_stride, D, enc, ieee)
+    if per_token == Int32(1):
+        _token_cta_kernel(*args).launch(grid=[n, 1, 1], block=[D, 1, 1], stream=stream,
+                                        min_blocks_per_mp=CTA_MIN_CTAS_PER_SM * 512 // D,
+                                        preferred_smem_carveout=-1)
+    else:
+        per_cta = WARPS * TOKENS_PER_WARP
+        _token_warp_kernel(*args).launch(grid=[(n + per_cta - 1) // per_cta, 1, 1], block=[32 * WARPS, 1, 1],
+                                         stream=stream, min_blocks_per_mp=WARP_MIN_CTAS_PER_SM,
+                                         preferred_smem_carveout=-1)
 
 
-def tokens_per_cta(t: int) -> int:
-    """Tokens each CTA scans (``G``): 1 up to :data:`_ONE_TOKEN_UP_TO` tokens (decode: every boundary
-    token gets a CTA of its own), :data:`TOKENS_PER_CTA` above (prefill: about 4 boundary tokens per
-    CTA, one token in four being one, so that up to 4 warps encode at once while the CTA's other
-    warps and the SM's other CTA stream the next windows)."""
-    return 1 if t <= _ONE_TOKEN_UP_TO else TOKENS_PER_CTA
+def cta_per_token(t: int) -> bool:
+    """Whether ``T = t`` tokens run the decode kernel (a CTA per token, t <= :data:`CTA_PER_TOKEN_UP_TO`)
+    rather than the prefill kernel (a warp per 4 tokens)."""
+    return t <= CTA_PER_TOKEN_UP_TO
+
+
+def launch_grid(t: int, head_size: int) -> tuple[int, int]:
+    """``(CTAs, threads per CTA)`` that :func:`c4_compress_host` launches for ``T = t``."""
+    if cta_per_token(t):
+        return t, head_size
+    per_cta = WARPS * TOKENS_PER_WARP
+    return -(-t // per_cta), 32 * WARPS
 
 
 def _unit(x: torch.Tensor, n: int) -> torch.Tensor:
@@ -408,7 +613,7 @@ class _C4CompressCuTeDSL:
         scale = st.scale.as_strided((1,), (1,))      # fp8_scale [1], or the stand-in's first element
         return (ops.state, _unit(token_to_req, t), _unit(positions, t), _unit(slot_mapping, t), bt, nw, cs,
                 _unit(kv_slot_mapping, t), st.cache, scale, ops.sbs, ops.block_stride, ops.bt_stride, ops.eps,
-                st.kv_bs, st.page_stride, tokens_per_cta(t))
+                st.kv_bs, st.page_stride, int(cta_per_token(t)))
 
 
 class C4CompressDsMlaCuTeDSL(_C4CompressCuTeDSL, C4CompressDsMlaBase,
