@@ -13,12 +13,15 @@
 #     bash benchmarks/gpu_session_next.sh verify3 OUT_DIR   # issue 16: rowquant / K3 hardware e4m3, C4 CuTeDSL
 #     bash benchmarks/gpu_session_next.sh bench5 OUT_DIR    # issue 16: their sweeps, racecheck, host overhead
 #     bash benchmarks/gpu_session_next.sh c4 OUT_DIR        # issue 16: C4 CuTeDSL numerics, racecheck, sweep
+#     bash benchmarks/gpu_session_next.sh final1 OUT_DIR    # issue 16: GPU numerics of the final rowquant / K3 / C4
+#     bash benchmarks/gpu_session_next.sh final2 OUT_DIR    # issue 16: launch plans, C4 racecheck, C4 sweep
+#     bash benchmarks/gpu_session_next.sh final3 OUT_DIR    # issue 16: rowquant / K3 sweeps, host overhead
 # Before the store phase, on the CPU machine: bash benchmarks/prepare_gpu_store.sh, then carry
 # .carry-store with the call. CuTeDSL first (../shared/device/README.md: two calls). Each step
 # has its own time limit and log; one that fails or times out does not stop the others.
 # Everything ends up in OUT_DIR/records.tar.gz and OUT_DIR/session.log.
 set -u
-usage="usage: gpu_session_next.sh pipeline|store|finish|bench1|bench2|bench3|verify|verify2|bench4|ncu|verify3|bench5|c4 OUT_DIR"
+usage="usage: gpu_session_next.sh pipeline|store|finish|bench1|bench2|bench3|verify|verify2|bench4|ncu|verify3|bench5|c4|final1|final2|final3 OUT_DIR"
 source "$(dirname "$0")/gpu_session_lib.sh"
 session_begin "$usage" "$@"
 host_step() {  # issue 16's host-overhead table, real launches
@@ -99,6 +102,20 @@ c4)  # one C4 CuTeDSL revision: the rule on the GPU, shared-memory races, the sw
     step c4_racecheck 120 compute-sanitizer --tool racecheck --report-api-errors no python3 benchmarks/sanitize_cases.py \
         --quick --families c4_compress_ds_mla,c4_compress_plain,indexer_compress --backends cutedsl
     bench_step c4_compress 200 ;;
+final1)  # the final rowquant / K3 / C4 code: every byte (the rule for C4) on the GPU
+    step rowquant_check 100 python3 benchmarks/verify_backends.py --out "$work/backends_h200"
+    step k3_check 110 python3 benchmarks/dequant_gather_gpu_check.py --out "$work/dequant_gather_h200" --cases 60
+    step c4_check 270 python3 benchmarks/c4_compress_gpu_check.py --out "$work/c4_compress_h200/check.json" \
+        --cases 30 --no-recip-weights ;;
+final2)  # the launch plans, C4 CuTeDSL's shared memory (both kernels), the C4 sweep
+    step launch_plans 60 python3 benchmarks/launch_plans_gpu_check.py --out "$work/launch_plans_h200"
+    step c4_racecheck 110 compute-sanitizer --tool racecheck --report-api-errors no python3 benchmarks/sanitize_cases.py \
+        --quick --families c4_compress_ds_mla,c4_compress_plain,indexer_compress --backends cutedsl
+    bench_step c4_compress 270 ;;
+final3)  # the rowquant and K3 sweeps, the host-overhead table
+    bench_step rowquant 80
+    bench_step dequant_gather 90
+    host_step ;;
 *) echo "unknown phase $phase ($usage)" >&2; exit 2 ;;
 esac
 session_end

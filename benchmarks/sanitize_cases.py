@@ -123,8 +123,12 @@ def _c4(op: str) -> Callable[[bool], list[Case]]:
             cs = [make_case(op, lens=(9,), seed=1, **f) for f in fmt]
             cs += [make_case(op, lens=(21, 9, 3), starts=(0, 5, 1001), kv_bs=2, seed=2, **f) for f in fmt]
         else:
-            cs = [make_case(op, lens=lens, seed=len(lens), **f) for f in fmt
-                  for lens in ((1,), (7,), (32,), (257,), (21, 9, 3))]
+            cs = []
+        # T = 1038: past CuTeDSL's decode kernel (a CTA per token up to T = 1024), into its prefill one.
+        cs += [make_case(op, lens=(700, 333, 5), starts=(0, 5, 1001), seed=3, **fmt[-1])]
+        if not quick:
+            cs += [make_case(op, lens=lens, seed=len(lens), **f) for f in fmt
+                   for lens in ((1,), (7,), (32,), (257,), (21, 9, 3))]
             cs += [random_case(op, i) for i in range(12)]
         return [Case(c.label, dict(c.args), {"c4_op": op}) for c in cs]
 
