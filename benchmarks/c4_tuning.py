@@ -1,7 +1,13 @@
 #!/usr/bin/env python3
-"""The grid of the Triton C4 compressors (K5, K6, K9) on a GPU: tokens per chunk, programs.
+"""The grid of the Triton C4 compressors (K5, K6, K9) on a GPU: tokens per chunk, programs; and
+where the CuTeDSL ones switch from their decode kernel to their prefill kernel.
 
     python3 benchmarks/c4_tuning.py --out DIR [--sizes 4096,65536] [--shapes 8x2048,8x1056,...] [--rep-ms 40]
+    python3 benchmarks/c4_tuning.py --out DIR --cute-up-to 0,1073741824 [--sizes 1024,4096,16384]
+
+``--cute-up-to``: instead of the Triton shapes, the CuTeDSL sweep once per value of
+``cutedsl.CTA_PER_TOKEN_UP_TO`` (0: the prefill kernel at every T; a huge value: the decode kernel
+at every T); a runtime choice, so nothing compiles again.
 
 For every ``CHUNKxPROGRAMS`` of ``--shapes`` the Triton kernel's
 :func:`~dsv4kit.kernels.c4_compress.triton.launch_shape` is set to give chunks of CHUNK tokens and at
@@ -35,6 +41,8 @@ def main() -> int:
     ap.add_argument("--shapes", default="1x1048576,4x1048576,8x1048576,8x4096,8x2048,8x1056,8x528")
     ap.add_argument("--maxnreg", default="0", help="register caps to try (0: none), comma-separated")
     ap.add_argument("--rep-ms", type=int, default=40)
+    ap.add_argument("--cute-up-to", default="",
+                    help="CuTeDSL decode-kernel thresholds to time, comma-separated")
     a = ap.parse_args()
     import torch
 
@@ -48,6 +56,8 @@ def main() -> int:
     saved = tuple(getattr(c4_triton, n) for n in names)
     default = dict(zip(names, saved, strict=True))
     result: dict = {"sizes": sizes, "default": default, "runs": {}}
+    if a.cute_up_to:
+        return _write(a.out, _cute_split(result, sizes, [int(v) for v in a.cute_up_to.split(",")], a.rep_ms))
     try:
         # A launch plan keeps the grid of its first call (a constant per shape): no plans here.
         with launch_plans.disabled():
@@ -66,14 +76,38 @@ def main() -> int:
     finally:
         for n, v in zip(names, saved, strict=True):
             setattr(c4_triton, n, v)
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "c4_tuning.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    return _write(a.out, result)
+
+
+def _cute_split(result: dict, sizes: list[int], values: list[int], rep_ms: int) -> dict:
+    """The CuTeDSL sweep once per ``CTA_PER_TOKEN_UP_TO`` value (runs named ``cute_up_to=V``)."""
+    from dsv4kit.kernels.c4_compress import cutedsl as c4_cute
+
+    saved = c4_cute.CTA_PER_TOKEN_UP_TO
+    result["default"] = {"CTA_PER_TOKEN_UP_TO": saved}
+    try:
+        with launch_plans.disabled():      # a plan keeps its first call's arguments
+            for v in values:
+                c4_cute.CTA_PER_TOKEN_UP_TO = v
+                name = f"cute_up_to={v}"
+                res = run_sweep([PLANS["c4_compress"]], backends=("cutedsl",), sizes=sizes, reference=False,
+                                rep_ms=rep_ms, log=lambda m, n=name: print(f"{n}: {m}", flush=True))
+                result["provenance"] = res.provenance
+                result["runs"][name] = [dataclasses.asdict(r) for r in res.rows]
+    finally:
+        c4_cute.CTA_PER_TOKEN_UP_TO = saved
+    return result
+
+
+def _write(out: Path, result: dict) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "c4_tuning.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
     for name, rows in result["runs"].items():
         for r in rows:
             frac = f"{100 * r['fraction_of_copy']:5.1f} %" if r["fraction_of_copy"] else "-"
             print(f"{name:>10s}  {r['kernel']:22s} {r['config']:30s} {r['size']:>6d} {r['variant']:24s} "
                   f"{r['median_us']:9.1f} us  {frac}")
-    print(f"wrote {a.out / 'c4_tuning.json'}")
+    print(f"wrote {out / 'c4_tuning.json'}")
     return 0
 
 
