@@ -17,7 +17,7 @@ the bytes model :func:`dsv4kit.bench.c4_compress_bytes`.
    positions incl. 3, 7 and 1 048 575, sbs 4 / 16, kv_bs 64 / 2 / 1, pooled strides, padding, every
    score and kv regime, both weight dtypes, every format), every 10th one also with a state block
    stride that is not a multiple of 4 (the kernels' element-load path), every 2nd one also padded
-   to T = 1100 with padding tokens (past the CuTeDSL decode kernel: its prefill kernel sees the
+   to T = 4200 with padding tokens (past the CuTeDSL decode kernel: its prefill kernel sees the
    awkward cases too; the odd-stride copy where there is one), plus large-T cases in the
    production layout (``--large``; one and four requests from position 0, tokens in order, sbs 4,
    kv_bs 64, no padding; every format). Each case runs on sentinel-filled (0xA5) copies of its
@@ -128,8 +128,8 @@ def in_order(case: C4Case) -> C4Case:
 
 
 #: T of the padded copies of the random cases: past the CuTeDSL decode kernel's
-#: ``CTA_PER_TOKEN_UP_TO`` (1024), so that its prefill kernel sees every awkward case too.
-PAST_DECODE_T = 1100
+#: ``CTA_PER_TOKEN_UP_TO`` (4096), so that its prefill kernel sees every awkward case too.
+PAST_DECODE_T = 4200
 
 
 def past_decode(case: C4Case, t: int = PAST_DECODE_T) -> C4Case:

@@ -16,12 +16,13 @@
 #     bash benchmarks/gpu_session_next.sh final1 OUT_DIR    # issue 16: GPU numerics of the final rowquant / K3 / C4
 #     bash benchmarks/gpu_session_next.sh final2 OUT_DIR    # issue 16: launch plans, C4 racecheck, C4 sweep
 #     bash benchmarks/gpu_session_next.sh final3 OUT_DIR    # issue 16: rowquant / K3 sweeps, host overhead
+#     bash benchmarks/gpu_session_next.sh final4 OUT_DIR    # issue 16: C4 again after its decode/prefill split moved
 # Before the store phase, on the CPU machine: bash benchmarks/prepare_gpu_store.sh, then carry
 # .carry-store with the call. CuTeDSL first (../shared/device/README.md: two calls). Each step
 # has its own time limit and log; one that fails or times out does not stop the others.
 # Everything ends up in OUT_DIR/records.tar.gz and OUT_DIR/session.log.
 set -u
-usage="usage: gpu_session_next.sh pipeline|store|finish|bench1|bench2|bench3|verify|verify2|bench4|ncu|verify3|bench5|c4|final1|final2|final3 OUT_DIR"
+usage="usage: gpu_session_next.sh pipeline|store|finish|bench1|bench2|bench3|verify|verify2|bench4|ncu|verify3|bench5|c4|final1|final2|final3|final4 OUT_DIR"
 source "$(dirname "$0")/gpu_session_lib.sh"
 session_begin "$usage" "$@"
 host_step() {  # issue 16's host-overhead table, real launches
@@ -116,6 +117,12 @@ final3)  # the rowquant and K3 sweeps, the host-overhead table
     bench_step rowquant 80
     bench_step dequant_gather 90
     host_step ;;
+final4)  # C4 CuTeDSL with the decode kernel up to T = 4096: the rule, races, the sweep
+    step c4_check 230 python3 benchmarks/c4_compress_gpu_check.py --out "$work/c4_compress_h200/check.json" \
+        --cases 30 --no-recip-weights
+    step c4_racecheck 60 compute-sanitizer --tool racecheck --report-api-errors no python3 benchmarks/sanitize_cases.py \
+        --quick --families c4_compress_ds_mla,c4_compress_plain,indexer_compress --backends cutedsl
+    bench_step c4_compress 260 ;;
 *) echo "unknown phase $phase ($usage)" >&2; exit 2 ;;
 esac
 session_end

@@ -124,8 +124,8 @@ def _c4(op: str) -> Callable[[bool], list[Case]]:
             cs += [make_case(op, lens=(21, 9, 3), starts=(0, 5, 1001), kv_bs=2, seed=2, **f) for f in fmt]
         else:
             cs = []
-        # T = 1038: past CuTeDSL's decode kernel (a CTA per token up to T = 1024), into its prefill one.
-        cs += [make_case(op, lens=(700, 333, 5), starts=(0, 5, 1001), seed=3, **fmt[-1])]
+        # T = 4105: past CuTeDSL's decode kernel (a CTA per token up to T = 4096), into its prefill one.
+        cs += [make_case(op, lens=(2100, 2000, 5), starts=(0, 5, 1001), seed=3, **fmt[-1])]
         if not quick:
             cs += [make_case(op, lens=lens, seed=len(lens), **f) for f in fmt
                    for lens in ((1,), (7,), (32,), (257,), (21, 9, 3))]

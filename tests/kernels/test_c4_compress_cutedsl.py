@@ -264,7 +264,8 @@ def test_mapping_constants() -> None:
     assert all(c4_cute.cta_per_token(t) for t in (1, 8, 64, 256, up))       # decode: a CTA per token
     assert not any(c4_cute.cta_per_token(t) for t in (up + 1, 65536))
     assert c4_cute.launch_grid(256, 512) == (256, 512) and c4_cute.launch_grid(up, 128) == (up, 128)
-    assert c4_cute.launch_grid(65536, 512) == (4096, 128) and c4_cute.launch_grid(up + 1, 128) == (65, 128)
+    assert c4_cute.launch_grid(65536, 512) == (4096, 128)
+    assert c4_cute.launch_grid(up + 1, 128) == (-(-(up + 1) // 16), 128)
 
 
 # --------------------------------------------------------------------------- runtime arguments

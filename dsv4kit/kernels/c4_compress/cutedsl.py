@@ -103,8 +103,10 @@ __all__ = ["CTA_MIN_CTAS_PER_SM", "CTA_PER_TOKEN_UP_TO", "IEEE_WEIGHTS", "TOKENS
 #: 8 divisions fewer per column; also within the compressor rule). A compile-time choice.
 IEEE_WEIGHTS = True
 
-#: The decode kernel (a CTA per token) runs up to this many tokens, the prefill kernel above.
-CTA_PER_TOKEN_UP_TO = 1024
+#: The decode kernel (a CTA per token) runs up to this many tokens, the prefill kernel above. Measured
+#: on the H200 (``benchmarks/results/c4_split_h200``): the decode kernel wins up to T = 2048 (head 512:
+#: 12 vs 20 us), ties at 4096 (21.6 vs 21.5 us), loses from 8192 (54 vs 30 us).
+CTA_PER_TOKEN_UP_TO = 4096
 #: Decode kernel's launch bound (``.minnctapersm``) for head 512 (16 warps per CTA): 64 registers;
 #: head 128 (4 warps) asks for 4x as many CTAs, the same warps per SM.
 CTA_MIN_CTAS_PER_SM = 2
