@@ -42,10 +42,13 @@ def test_the_cpu_smoke_run_passes_and_writes_the_json(script, tmp_path: Path) ->
                            for r in records), [r for r in records if not r["ok"]]
     assert {r["backend"] for r in records} == {"triton"}                 # no CuTeDSL, no reference@cuda
     assert {r["reference"] for r in records} == {"cpu"}
-    for op in OPS:                                                      # 2 random + 1 odd stride + 1 large
+    padded = f"padded to T={script.PAST_DECODE_T}"
+    for op in OPS:                                    # 2 random (1 padded) + 1 odd stride + 1 large
         mine = [r for r in records if r["op"] == op]
-        assert len(mine) == 4, mine
-        assert sum("block_stride=" in r["case"] for r in mine) == 1
+        assert len(mine) == 5, mine
+        labels = [r["case"] for r in mine]                  # case 0 is odd-strided, then padded too
+        assert sum("block_stride=" in c and padded not in c for c in labels) == 1, labels
+        assert sum(padded in c for c in labels) == 1, labels
         big = [r for r in mine if r["large"]]
         assert len(big) == 1 and big[0]["T"] == script.SMOKE_LARGE_T and "in order" in big[0]["case"]
     sets = {(r["op"], r["set"]) for r in result["summary"]}
