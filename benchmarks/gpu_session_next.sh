@@ -17,12 +17,13 @@
 #     bash benchmarks/gpu_session_next.sh final2 OUT_DIR    # issue 16: launch plans, C4 racecheck, C4 sweep
 #     bash benchmarks/gpu_session_next.sh final3 OUT_DIR    # issue 16: rowquant / K3 sweeps, host overhead
 #     bash benchmarks/gpu_session_next.sh final4 OUT_DIR    # issue 16: C4 again after its decode/prefill split moved
+#     bash benchmarks/gpu_session_next.sh rq OUT_DIR        # issue 16: rowquant with 16 bytes per lane in flight
 # Before the store phase, on the CPU machine: bash benchmarks/prepare_gpu_store.sh, then carry
 # .carry-store with the call. CuTeDSL first (../shared/device/README.md: two calls). Each step
 # has its own time limit and log; one that fails or times out does not stop the others.
 # Everything ends up in OUT_DIR/records.tar.gz and OUT_DIR/session.log.
 set -u
-usage="usage: gpu_session_next.sh pipeline|store|finish|bench1|bench2|bench3|verify|verify2|bench4|ncu|verify3|bench5|c4|final1|final2|final3|final4 OUT_DIR"
+usage="usage: gpu_session_next.sh pipeline|store|finish|bench1|bench2|bench3|verify|verify2|bench4|ncu|verify3|bench5|c4|final1|final2|final3|final4|rq OUT_DIR"
 source "$(dirname "$0")/gpu_session_lib.sh"
 session_begin "$usage" "$@"
 host_step() {  # issue 16's host-overhead table, real launches
@@ -123,6 +124,9 @@ final4)  # C4 CuTeDSL with the decode kernel up to T = 4096: the rule, races, th
     step c4_racecheck 60 compute-sanitizer --tool racecheck --report-api-errors no python3 benchmarks/sanitize_cases.py \
         --quick --families c4_compress_ds_mla,c4_compress_plain,indexer_compress --backends cutedsl
     bench_step c4_compress 260 ;;
+rq)  # rowquant, 16 bytes per lane in flight: every byte on both backends, then the sweep
+    step rowquant_check 90 python3 benchmarks/verify_backends.py --out "$work/backends_h200"
+    bench_step rowquant 80 ;;
 *) echo "unknown phase $phase ($usage)" >&2; exit 2 ;;
 esac
 session_end

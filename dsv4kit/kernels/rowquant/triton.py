@@ -1,11 +1,14 @@
 """rowquant in Triton: one program quantizes ROWS rows x one 128-wide block.
 
-Thread mapping (4 warps, Triton's layouts): with ROWS = 4 warp w holds row ``4 * pid + w``, each
-lane 4 consecutive bf16 (one 8-byte load) whose 4 e4m3 bytes it writes with one 4-byte store;
-the block amax is one ``redux.sync.max`` per warp, and the 4 scales go out through shared
-memory (the 1-D scale store has its own layout). With ROWS = 1 (fewer than ``COARSEN_AT``
-rows) the row is spread over the 4 warps, one element per lane, amax across warps through
-shared memory.
+Thread mapping (Triton's layouts): with ROWS = 4 the program runs 2 warps; warp w holds rows
+``4 * pid + 2w`` and ``+ 1``, a half-warp per row, each lane 8 consecutive bf16 (one 16-byte
+load) whose 8 e4m3 bytes it writes with one 8-byte store; the block amax is 4 butterfly shuffles
+within the half-warp, and the 4 scales go out through shared memory (the 1-D scale store has its
+own layout). Two warps, not four with 4 elements per lane: 16 bytes per lane in flight, 32 KB per
+SM at full occupancy, where 8 bytes per lane (16 KB, below the ~23 KB Little's law asks at the
+copy rate) held the kernel at 60 % of the copy on the H200. With ROWS = 1 (fewer than
+``COARSEN_AT`` rows) the row is spread over 4 warps, one element per lane, amax across warps
+through shared memory.
 
 Numerics (spec §2.1), bit-exact on GPU and under the CPU interpreter: the float operations are
 the exact bf16 -> fp32 upcast, one rounded multiply ``fl(a * fl(1/448))`` (same ``clog2`` as the
@@ -105,7 +108,8 @@ class RowQuantTriton(RowQuantBase, TritonJitKernel["RowQuantBase.CompileKey"]):
     }
 
     def launch_options(self, key: RowQuantBase.CompileKey) -> dict[str, Any]:
-        return {"num_warps": 4}
+        # 4 rows x 128 over 64 threads: 16 bytes of x per lane (the module docstring says why).
+        return {"num_warps": 2 if key.rows_per_program == 4 else 4}
 
     def interpreter_constexprs(self, key: RowQuantBase.CompileKey) -> dict[str, Any]:
         # The interpreter cannot round in an fp32 -> fp8 cast: the integer recipe instead.
