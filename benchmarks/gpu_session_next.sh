@@ -23,7 +23,7 @@
 # has its own time limit and log; one that fails or times out does not stop the others.
 # Everything ends up in OUT_DIR/records.tar.gz and OUT_DIR/session.log.
 set -u
-usage="usage: gpu_session_next.sh pipeline|store|finish|bench1|bench2|bench3|verify|verify2|bench4|ncu|verify3|bench5|c4|final1|final2|final3|final4|rq OUT_DIR"
+usage="usage: gpu_session_next.sh pipeline|store|finish|bench1|bench2|bench3|verify|verify2|bench4|ncu|verify3|bench5|c4|final1|final2|final3|final4|rq|rq-triton OUT_DIR"
 source "$(dirname "$0")/gpu_session_lib.sh"
 session_begin "$usage" "$@"
 host_step() {  # issue 16's host-overhead table, real launches
@@ -125,8 +125,12 @@ final4)  # C4 CuTeDSL with the decode kernel up to T = 4096: the rule, races, th
         --quick --families c4_compress_ds_mla,c4_compress_plain,indexer_compress --backends cutedsl
     bench_step c4_compress 260 ;;
 rq)  # rowquant, 16 bytes per lane in flight: every byte on both backends, then the sweep
-    step rowquant_check 90 python3 benchmarks/verify_backends.py --out "$work/backends_h200"
+    step rowquant_check 90 python3 benchmarks/verify_backends.py --commit "${DSV4KIT_COMMIT:-unknown}" --out "$work/backends_h200"
     bench_step rowquant 80 ;;
+rq-triton)  # the same without the CuTeDSL bundle (Triton rows only; a short device budget)
+    step rowquant_check 60 python3 benchmarks/verify_backends.py --triton-only --commit "${DSV4KIT_COMMIT:-unknown}" --out "$work/backends_h200"
+    step bench_rowquant 70 python3 -m dsv4kit bench --family rowquant --backend triton --rep-ms 40 \
+        --json "$work/bench_h200/rowquant.json" --plot "$work/bench_h200/rowquant.png" ;;
 *) echo "unknown phase $phase ($usage)" >&2; exit 2 ;;
 esac
 session_end

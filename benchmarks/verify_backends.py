@@ -10,7 +10,9 @@
 4. A small timing of both backends.
 
 Writes ``backends_<device>.json`` and ``.md`` under ``--out``.
-Usage: ``python benchmarks/verify_backends.py --out DIR [--commit HASH]``.
+Usage: ``python benchmarks/verify_backends.py --out DIR [--commit HASH] [--triton-only]``
+(``--triton-only``: a GPU machine without the CuTeDSL bundle; the CuTeDSL rows are absent and the
+report says so).
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from dsv4kit.backends.triton import count_triton_compiles
 from dsv4kit.errors import UnwarmedKeyError
 from dsv4kit.jit import JitMonitor
 from dsv4kit.kernels.rowquant import COARSEN_AT, RowQuantConfig, rowquant_reference
-from dsv4kit.kernels.rowquant.cutedsl import RowQuantCuTeDSL
 from dsv4kit.kernels.rowquant.triton import RowQuantTriton, _rowquant_kernel
 from dsv4kit.platform import detect_platform
 
@@ -107,6 +108,7 @@ def main() -> None:
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--smoke", action="store_true", help="CPU dry run: Triton interpreter only, few cases")
+    ap.add_argument("--triton-only", action="store_true", help="GPU run without CuTeDSL (no bundle there)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -114,6 +116,7 @@ def main() -> None:
     plat = detect_platform()
     if not args.smoke:
         plat.require_cuda("verify_backends")
+    if not (args.smoke or args.triton_only):
         plat.require_cutedsl("verify_backends")
         import_cute()
     dev = plat.device
@@ -122,6 +125,7 @@ def main() -> None:
         "device": plat.device_name, "arch": plat.arch, "versions": versions(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": args.commit, "seed": args.seed, "tvm_ffi": plat.tvm_ffi,
+        "backends": ["triton"] if args.smoke or args.triton_only else ["triton", "cutedsl"],
     }
     tag = plat.device_name.replace("NVIDIA ", "").replace(" ", "_").lower()
     try:
@@ -138,7 +142,9 @@ def main() -> None:
 
 def run(res: dict[str, Any], plat: Any, dev: str, gen: torch.Generator, args: Any) -> None:
     kernels: dict[str, Any] = {"triton": RowQuantTriton(plat)}
-    if not args.smoke:
+    if "cutedsl" in res["backends"]:
+        from dsv4kit.kernels.rowquant.cutedsl import RowQuantCuTeDSL  # imports cutlass
+
         kernels["cutedsl"] = RowQuantCuTeDSL(plat)
     any_k = kernels["triton"]
     widths, strided = ((256,), (256, 264)) if args.smoke else (WIDTHS, STRIDED)
@@ -230,14 +236,15 @@ def run(res: dict[str, Any], plat: Any, dev: str, gen: torch.Generator, args: An
             neg["triton_raw_unaligned_launch"] = "NOT RAISED"
         except UnwarmedKeyError as exc:
             neg["triton_raw_unaligned_launch"] = {"raised": str(exc), "triton_compiles": tc.count}
-    cute = import_cute()
-    with count_cute_compiles() as cc, JitMonitor("error"):
-        try:
-            ck = kernels["cutedsl"]
-            cute.compile(type(ck).jit_fn, *ck.warmup_inputs(keys[0]))
-            neg["cute_stray_compile"] = "NOT RAISED"
-        except UnwarmedKeyError as exc:
-            neg["cute_stray_compile"] = {"raised": str(exc), "cute_compiles_started": cc.count}
+    if "cutedsl" in kernels:
+        cute = import_cute()
+        with count_cute_compiles() as cc, JitMonitor("error"):
+            try:
+                ck = kernels["cutedsl"]
+                cute.compile(type(ck).jit_fn, *ck.warmup_inputs(keys[0]))
+                neg["cute_stray_compile"] = "NOT RAISED"
+            except UnwarmedKeyError as exc:
+                neg["cute_stray_compile"] = {"raised": str(exc), "cute_compiles_started": cc.count}
     res["negative_controls"] = neg
 
     # 4. timing (median of 50 after 10 warm calls), M=8192, N=4096
@@ -266,7 +273,8 @@ def markdown(r: dict[str, Any]) -> str:
     b = r["battery"]
     lines = [
         f"# Backends verification on {r['device']} ({r['arch']})", "",
-        f"date {r['date']}, commit `{r['commit']}`, seed {r['seed']}", "",
+        f"date {r['date']}, commit `{r['commit']}`, seed {r['seed']}, "
+        f"backends {', '.join(r.get('backends', ('triton', 'cutedsl')))}", "",
         "| package | version |", "|---|---|",
         *[f"| {k} | {v} |" for k, v in r["versions"].items()], "",
         f"Warmed keys ({len(r['keys'])}): " + ", ".join(f"`{k}`" for k in r["keys"]), "",
