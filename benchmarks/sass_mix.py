@@ -38,7 +38,12 @@ Writes ``sass_mix.json`` (per kernel the numbers above, and the provenance: date
 versions, arch, kernel source hash per family) and ``sass_mix.md`` (tables and, per kernel,
 what bounds it: that section is written by hand between two markers, and a rerun keeps it).
 ``--families``: plan names or family names (default: every plan). A backend that cannot compile
-here (CuTeDSL not importable) is skipped with a note.
+here (CuTeDSL not importable) is skipped with a note. ``--size decode`` analyses each plan's
+largest decode size instead (``plan.decode_sizes``, T = 256; plans without decode sizes are left
+out): there the launch is latency-bound, and the load batches on the path (dependent DRAM round
+trips) and the waves are what the record is for; ``--size N``, any size of every plan.
+
+    python benchmarks/sass_mix.py --arch sm_90a --size decode --out benchmarks/results/sass_mix_sm90a_decode
 """
 
 from __future__ import annotations
@@ -974,11 +979,22 @@ class Target:
     values: dict[str, Any] = field(repr=False, default_factory=dict)
 
 
-def large_targets(plans: Sequence[Any], arch: str, log: Any = print) -> list[Target]:
-    """Every point of each plan at its large size (the last of ``plan.sizes``), one per distinct
-    (family, variant, key): the op arguments are built on CPU and the Triton kernel's ``__call__``,
-    as a GPU process of ``arch`` would run it, says which key they dispatch to and with which grid
-    (the two backends share the contract class, so its key; checked)."""
+def plan_size(plan: Any, size: str) -> int | None:
+    """The size ``--size`` names for ``plan``: "large" the last of ``plan.sizes``, "decode" the
+    largest of ``plan.decode_sizes`` (None without them), else the number itself."""
+    if size == "large":
+        return plan.sizes[-1]
+    if size == "decode":
+        return max(plan.decode_sizes) if plan.decode_sizes else None
+    return int(size)
+
+
+def large_targets(plans: Sequence[Any], arch: str, log: Any = print, size: str = "large") -> list[Target]:
+    """Every point of each plan at its large size (the last of ``plan.sizes``; ``size``: see
+    :func:`plan_size`), one per distinct (family, variant, key): the op arguments are built on CPU
+    and the Triton kernel's ``__call__``, as a GPU process of ``arch`` would run it, says which key
+    they dispatch to and with which grid (the two backends share the contract class, so its key;
+    checked)."""
     from dsv4kit.kernels import family as family_spec
     from dsv4kit.model.stack import gpu_platform
 
@@ -986,8 +1002,11 @@ def large_targets(plans: Sequence[Any], arch: str, log: Any = print) -> list[Tar
     out: list[Target] = []
     seen: set[tuple[str, str, Any]] = set()
     for plan in plans:
-        size = plan.sizes[-1]
-        for pt in plan.points(size):
+        at = plan_size(plan, size)
+        if at is None:
+            log(f"  {plan.name}: no decode sizes, left out")
+            continue
+        for pt in plan.points(at):
             t0 = time.perf_counter()
             spec = family_spec(pt.family)
             args = pt.build("cpu")
@@ -998,11 +1017,11 @@ def large_targets(plans: Sequence[Any], arch: str, log: Any = print) -> list[Tar
             if (pt.family, variant, key) in seen:
                 continue
             seen.add((pt.family, variant, key))
-            tgt = Target(plan.name, pt.family, variant, pt.config, size, plan.size_axis, pt.nbytes, key,
+            tgt = Target(plan.name, pt.family, variant, pt.config, at, plan.size_axis, pt.nbytes, key,
                          triton_ctas(kernel, key, launch), {})
             tgt.values = {"cute_ctas": cute_ctas(pt.family, key, values),
                           "cute_kernel": cute_kernel(pt.family, values)}
-            log(f"  {pt.family} {variant} {pt.config or '-'} size {size}: {key} "
+            log(f"  {pt.family} {variant} {pt.config or '-'} size {at}: {key} "
                 f"({time.perf_counter() - t0:.1f} s)")
             out.append(tgt)
             del args, values, launch
@@ -1242,6 +1261,13 @@ def write_report(out: Path, data: Mapping[str, Any], findings: str = "") -> None
     need = round(mm["copy_GBps"] * mm["assumed_dram_latency_ns"] / mm["sms"] / 1e3, 1)
     bpc = mm["copy_GBps"] / (mm["sms"] * mm["clock_ghz"])
     dirty = prov["uncommitted_package_files"]
+    at = {"large": "the plan's large size (`dsv4kit.bench.PLANS`, the last of `sizes`, every point)",
+          "decode": "the plan's largest decode size (`dsv4kit.bench.PLANS`, the largest of `decode_sizes`, "
+                    "every point; plans without decode sizes left out)"}.get(
+        prov.get("size", "large"), f"size {prov.get('size')} of every plan (every point)")
+    size = prov.get("size", "large")
+    where = {"large": "the large size", "decode": "the decode size"}.get(size, "that size")
+    again = "" if size == "large" else f" --size {size}"
     choices = sorted({f"`{r['kernel']}`: {r['sass']['objective']} path ({r['sass']['objective_reason']})"
                       for r in rows if "sass" in r and r["sass"].get("objective_reason")})
     fracs = sorted({f"`{r['kernel']}`: {r['sass']['headline']['working_fraction']} "
@@ -1257,11 +1283,10 @@ def write_report(out: Path, data: Mapping[str, Any], findings: str = "") -> None
         f"{prov['arch']}; kernel source hashes in `sass_mix.json` (`provenance.kernel_source_hash`)"
         + (f"; package files not committed at the time: {', '.join(dirty)}" if dirty else "") + ".",
         "",
-        "Per kernel: the key its op dispatches to at the plan's large size (`dsv4kit.bench.PLANS`, the last "
-        "of `sizes`, every point), compiled ahead of time for the arch and disassembled with the Triton "
-        "wheel's `cuobjdump`; the launch (grid, arguments) is the one a GPU process would make for those "
-        "arguments. Regenerate: `python benchmarks/sass_mix.py --arch sm_90a --out "
-        "benchmarks/results/sass_mix_sm90a` (about 2 minutes on 2 cores).",
+        f"Per kernel: the key its op dispatches to at {at}, compiled ahead of time for the arch and "
+        "disassembled with the Triton wheel's `cuobjdump`; the launch (grid, arguments) is the one a GPU "
+        "process would make for those arguments. Regenerate: `python benchmarks/sass_mix.py --arch "
+        f"sm_90a{again} --out benchmarks/results/{out.name}` (about 2 minutes on 2 cores).",
         "",
         "How to read it:",
         "",
@@ -1318,7 +1343,7 @@ def write_report(out: Path, data: Mapping[str, Any], findings: str = "") -> None
         "",
         class_table(rows),
         "",
-        "## Launch at the large size, bytes per thread, bytes in flight",
+        f"## Launch at {where}, bytes per thread, bytes in flight",
         "",
         "`model B/thread`: the plan's bytes model (every input read once, every output written once) over "
         "the threads the launch starts; `main path B/thread`: what one pass of the main path requests (its "
@@ -1354,7 +1379,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--arch", default="sm_90a")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "sass_mix_sm90a"))
     p.add_argument("--families", default=None, help="plan or family names, comma-separated (default: all)")
+    p.add_argument("--size", default="large",
+                   help="large (each plan's last size, default), decode (its largest decode size), or N")
     args = p.parse_args(argv)
+    if args.size not in ("large", "decode") and not args.size.isdigit():
+        print(f"sass_mix: --size {args.size!r}: large, decode or a number", file=sys.stderr)
+        return 2
 
     from dsv4kit.bench import select_plans
     from dsv4kit.platform import KNOWN_ARCHS, cpu_platform
@@ -1374,12 +1404,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not platform.cutedsl:
         print("CuTeDSL (cutlass) is not importable: its kernels are skipped")
     t0 = time.perf_counter()
-    targets = large_targets(plans, args.arch)
+    targets = large_targets(plans, args.arch, size=args.size)
     rows: list[dict[str, Any]] = []
     for tgt in targets:
         rows += analyze_target(tgt, args.arch, platform)
     prov = provenance(args.arch, [pl.hash_family for pl in plans])
     prov["seconds"] = round(time.perf_counter() - t0, 1)
+    prov["size"] = args.size
     data = {"schema": "dsv4kit.sass_mix/1", "provenance": prov, "kernels": rows}
     (out / "sass_mix.json").write_text(json.dumps(data, indent=1, default=str) + "\n")
     write_report(out, data, kept_findings(out / "sass_mix.md"))

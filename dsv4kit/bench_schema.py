@@ -649,6 +649,8 @@ class SassMix:
     instr_over_dram: float
     busiest: str
     ceiling_fraction_of_copy: float
+    path_instructions: int | None = None  # one pass of a thread's main path (loops once)
+    load_batches: int | None = None       # dependent global-load batches on that path
 
 
 def recorded_sass_mix(root: Path | None = None, name: str = "sass_mix_sm90a/sass_mix.json"
@@ -662,7 +664,8 @@ def recorded_sass_mix(root: Path | None = None, name: str = "sass_mix_sm90a/sass
         kernel = k["family"] if k["variant"] == "default" else f"{k['family']}/{k['variant']}"
         out.append(SassMix(kernel, k["backend"], k["config"], k["resources"].get("registers"),
                            k["occupancy"]["occupancy"], head["instr_per_byte"], pm["instr_over_dram"],
-                           pm["busiest"], pm["ceiling_fraction_of_copy"]))
+                           pm["busiest"], pm["ceiling_fraction_of_copy"], k["sass"]["main_path"]["total"],
+                           k["sass"]["load_batches"]["batches"]))
     return Recorded.from_path(path), out
 
 

@@ -8,9 +8,11 @@ device and commit, or ``LIVE``). matplotlib only.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import matplotlib.pyplot as plt
+import numpy as np
 
 from dsv4kit.bench_schema import (
     KERNEL,
@@ -24,8 +26,11 @@ from dsv4kit.bench_schema import (
 )
 
 __all__ = [
+    "DecodePathFit",
     "best_by_size",
     "decode_markdown",
+    "decode_path_fit",
+    "decode_path_markdown",
     "headline_markdown",
     "host_overhead_markdown",
     "launch_plans_markdown",
@@ -280,4 +285,77 @@ def sass_mix_markdown(mix: Sequence[SassMix], runs: Sequence[RecordedRun]) -> st
                      f"{m.instr_per_byte:.1f} | {m.instr_over_dram:.2f} | {m.busiest} | "
                      f"{100 * m.ceiling_fraction_of_copy:.0f} % | "
                      f"{'-' if got is None else f'{100 * got:.1f} %'} |")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class DecodePathFit:
+    """Least squares of the measured decode time over the static path of one thread.
+
+    ``over_empty_us ≈ per_batch_us * load_batches + per_instruction_ns / 1000 * path_instructions
+    + fixed_us`` over every (kernel, backend) pair with a decode row at ``size`` and a static
+    record (``benchmarks/sass_mix.py --size decode``); ``r2`` of that model and of each term alone.
+    ``points``: (kernel, config, backend, load batches, path instructions, measured µs, model µs).
+    """
+
+    size: int
+    per_batch_us: float
+    per_instruction_ns: float
+    fixed_us: float
+    r2: float
+    r2_instructions_only: float
+    r2_batches_only: float
+    points: tuple[tuple[str, str, str, int, int, float, float], ...]
+
+
+def _static_of(mix: Sequence[SassMix], kernel: str, config: str, backend: str, exact: bool) -> SassMix | None:
+    """The static record of a decode row: the same kernel and config (``exact``), else the only
+    record of the kernel on that backend, or one whose config is the row's "family/config" suffix."""
+    mine = [m for m in mix if m.backend == backend]
+    if exact:
+        return next((m for m in mine if m.kernel == kernel and m.config == config), None)
+    same = [m for m in mine if m.kernel == kernel]
+    return same[0] if len(same) == 1 else next((m for m in mine if f"{m.kernel}/{m.config}" == kernel), None)
+
+
+def _r2(y: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, float]:
+    coef = np.linalg.lstsq(x, y, rcond=None)[0]
+    return coef, float(1 - ((y - x @ coef) ** 2).sum() / ((y - y.mean()) ** 2).sum())
+
+
+def decode_path_fit(mix: Sequence[SassMix], runs: Sequence[RecordedRun], size: int = 1) -> DecodePathFit:
+    """Fit the decode rows of ``runs`` at ``size`` (µs over the empty kernel) to the static path
+    (load batches, instructions) of ``mix`` (:class:`DecodePathFit`)."""
+    rows = [d for run in runs for d in run.decode if d.size == size and d.over_empty_us is not None]
+    pts, seen = [], set()
+    for exact in (True, False):  # a row of the static config first; another run of the kernel after
+        for d in rows:
+            m = _static_of(mix, d.kernel, d.config, d.backend, exact)
+            if m is None or m.load_batches is None or m.path_instructions is None:
+                continue
+            if (m.kernel, m.config, m.backend) not in seen:
+                seen.add((m.kernel, m.config, m.backend))
+                pts.append((d.kernel, d.config, d.backend, m.load_batches, m.path_instructions,
+                            d.over_empty_us))
+    if len(pts) < 4:
+        raise ValueError(f"{len(pts)} decode rows at size {size} have a static record: too few to fit")
+    y = np.array([p[5] for p in pts])
+    x = np.array([[p[3], p[4], 1.0] for p in pts])
+    coef, r2 = _r2(y, x)
+    model = x @ coef
+    return DecodePathFit(size, float(coef[0]), float(coef[1] * 1e3), float(coef[2]), r2,
+                         _r2(y, x[:, 1:])[1], _r2(y, x[:, [0, 2]])[1],
+                         tuple((*p, float(q)) for p, q in zip(pts, model, strict=True)))
+
+
+def decode_path_markdown(fit: DecodePathFit) -> str:
+    """The fit's terms and its points, one row per kernel and backend."""
+    lines = [f"At T = {fit.size}: over empty ≈ {fit.per_batch_us:.3f} µs x load batches + "
+             f"{fit.per_instruction_ns:.2f} ns x path instructions + {fit.fixed_us:.2f} µs "
+             f"(r² {fit.r2:.2f}; instructions alone {fit.r2_instructions_only:.2f}, batches alone "
+             f"{fit.r2_batches_only:.2f}).", "",
+             "| kernel | config | backend | load batches | path instructions | measured µs | model µs |",
+             "|---" * 7 + "|"]
+    for k, c, b, nb, ni, got, want in sorted(fit.points, key=lambda p: -p[5]):
+        lines.append(f"| {k} | {c or '-'} | {b} | {nb} | {ni} | {got:.2f} | {want:.2f} |")
     return "\n".join(lines)
