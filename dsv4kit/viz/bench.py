@@ -27,6 +27,7 @@ from dsv4kit.bench_schema import (
 
 __all__ = [
     "DecodePathFit",
+    "DecodePoint",
     "best_by_size",
     "decode_markdown",
     "decode_path_fit",
@@ -289,13 +290,27 @@ def sass_mix_markdown(mix: Sequence[SassMix], runs: Sequence[RecordedRun]) -> st
 
 
 @dataclass(frozen=True)
+class DecodePoint:
+    """One decode row next to the static path of its kernel (``current``: the row's record was
+    made of the kernel source there is now; else the source changed since, e.g. ``backends/``)."""
+
+    kernel: str
+    config: str
+    backend: str
+    load_batches: int
+    path_instructions: int
+    measured_us: float
+    model_us: float
+    current: bool
+
+
+@dataclass(frozen=True)
 class DecodePathFit:
     """Least squares of the measured decode time over the static path of one thread.
 
     ``over_empty_us ≈ per_batch_us * load_batches + per_instruction_ns / 1000 * path_instructions
-    + fixed_us`` over every (kernel, backend) pair with a decode row at ``size`` and a static
+    + fixed_us`` over every (kernel, config, backend) with a decode row at ``size`` and a static
     record (``benchmarks/sass_mix.py --size decode``); ``r2`` of that model and of each term alone.
-    ``points``: (kernel, config, backend, load batches, path instructions, measured µs, model µs).
     """
 
     size: int
@@ -305,7 +320,7 @@ class DecodePathFit:
     r2: float
     r2_instructions_only: float
     r2_batches_only: float
-    points: tuple[tuple[str, str, str, int, int, float, float], ...]
+    points: tuple[DecodePoint, ...]
 
 
 def _static_of(mix: Sequence[SassMix], kernel: str, config: str, backend: str, exact: bool) -> SassMix | None:
@@ -326,36 +341,39 @@ def _r2(y: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, float]:
 def decode_path_fit(mix: Sequence[SassMix], runs: Sequence[RecordedRun], size: int = 1) -> DecodePathFit:
     """Fit the decode rows of ``runs`` at ``size`` (µs over the empty kernel) to the static path
     (load batches, instructions) of ``mix`` (:class:`DecodePathFit`)."""
-    rows = [d for run in runs for d in run.decode if d.size == size and d.over_empty_us is not None]
-    pts, seen = [], set()
+    rows = [(d, run.current()) for run in runs for d in run.decode
+            if d.size == size and d.over_empty_us is not None]
+    found, seen = [], set()
     for exact in (True, False):  # a row of the static config first; another run of the kernel after
-        for d in rows:
+        for d, current in rows:
             m = _static_of(mix, d.kernel, d.config, d.backend, exact)
             if m is None or m.load_batches is None or m.path_instructions is None:
                 continue
             if (m.kernel, m.config, m.backend) not in seen:
                 seen.add((m.kernel, m.config, m.backend))
-                pts.append((d.kernel, d.config, d.backend, m.load_batches, m.path_instructions,
-                            d.over_empty_us))
-    if len(pts) < 4:
-        raise ValueError(f"{len(pts)} decode rows at size {size} have a static record: too few to fit")
-    y = np.array([p[5] for p in pts])
-    x = np.array([[p[3], p[4], 1.0] for p in pts])
+                found.append((d, m, current))
+    if len(found) < 4:
+        raise ValueError(f"{len(found)} decode rows at size {size} have a static record: too few to fit")
+    y = np.array([d.over_empty_us for d, _, _ in found])
+    x = np.array([[m.load_batches, m.path_instructions, 1.0] for _, m, _ in found])
     coef, r2 = _r2(y, x)
-    model = x @ coef
+    points = tuple(DecodePoint(d.kernel, d.config, d.backend, m.load_batches, m.path_instructions,
+                               float(d.over_empty_us), float(q), current)
+                   for (d, m, current), q in zip(found, x @ coef, strict=True))
     return DecodePathFit(size, float(coef[0]), float(coef[1] * 1e3), float(coef[2]), r2,
-                         _r2(y, x[:, 1:])[1], _r2(y, x[:, [0, 2]])[1],
-                         tuple((*p, float(q)) for p, q in zip(pts, model, strict=True)))
+                         _r2(y, x[:, 1:])[1], _r2(y, x[:, [0, 2]])[1], points)
 
 
 def decode_path_markdown(fit: DecodePathFit) -> str:
-    """The fit's terms and its points, one row per kernel and backend."""
+    """The fit's terms and its points, one row per kernel, config and backend, slowest first."""
     lines = [f"At T = {fit.size}: over empty ≈ {fit.per_batch_us:.3f} µs x load batches + "
              f"{fit.per_instruction_ns:.2f} ns x path instructions + {fit.fixed_us:.2f} µs "
              f"(r² {fit.r2:.2f}; instructions alone {fit.r2_instructions_only:.2f}, batches alone "
              f"{fit.r2_batches_only:.2f}).", "",
-             "| kernel | config | backend | load batches | path instructions | measured µs | model µs |",
-             "|---" * 7 + "|"]
-    for k, c, b, nb, ni, got, want in sorted(fit.points, key=lambda p: -p[5]):
-        lines.append(f"| {k} | {c or '-'} | {b} | {nb} | {ni} | {got:.2f} | {want:.2f} |")
+             "| kernel | config | backend | load batches | path instructions | measured µs | model µs | "
+             "record |", "|---" * 8 + "|"]
+    for p in sorted(fit.points, key=lambda p: -p.measured_us):
+        lines.append(f"| {p.kernel} | {p.config or '-'} | {p.backend} | {p.load_batches} | "
+                     f"{p.path_instructions} | {p.measured_us:.2f} | {p.model_us:.2f} | "
+                     f"{'current' if p.current else 'source changed since'} |")
     return "\n".join(lines)
