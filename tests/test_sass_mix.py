@@ -143,3 +143,14 @@ def test_rowquant_triton_sm90a_sass():
     assert res["threads_per_cta"] == 64 and res["registers"] > 0  # 2 warps (16 B per lane)
     occ = sm.occupancy(res["registers"], res["threads_per_cta"], res["static_shared"] + res["dynamic_shared"])
     assert 0 < occ["occupancy"] <= 1
+
+
+def test_size_picks_the_large_the_decode_or_a_given_size(capsys: pytest.CaptureFixture[str]) -> None:
+    from dsv4kit.bench import select_plans
+
+    c4, rq = select_plans(["c4_compress", "rowquant"])
+    assert sm.plan_size(c4, "large") == c4.sizes[-1]
+    assert sm.plan_size(c4, "decode") == max(c4.decode_sizes) == 256
+    assert sm.plan_size(rq, "decode") is None and sm.plan_size(rq, "77") == 77   # rowquant: no decode sizes
+    assert sm.main(["--size", "small", "--families", "rowquant"]) == 2
+    assert "--size 'small'" in capsys.readouterr().err
