@@ -1,15 +1,15 @@
 """rowquant in CuTeDSL: a warp quantizes one 128-wide block of one or two rows.
 
-A CTA covers ``rows_per_program`` rows of one column block: one warp with one row at 1 row per
-program, two warps of two adjacent rows each at 4 (``ROWS_PER_WARP``): both rows' loads are in
-flight before the first amax needs one, 16 bytes per lane, where one row gave 8 bytes per lane
-and 16 KB per SM in flight, below the ~23 KB Little's law asks at the copy rate (both backends
-stopped at 60 % of the copy there). Each lane holds 4 consecutive elements of a row: one 8-byte
-load where the key's row stride is a multiple of 16 elements (``x_stride_class`` div16; the base
-is 16-byte aligned, checked at call), four 2-byte loads otherwise. A row past the end is loaded
-as the last row (clamped: the loads need no guard) and not stored. The amax is an integer max
-over |x| bit patterns (|x| orders like its bits), reduced across the warp with one
-``redux.sync.max.s32`` per row; the exponent comes from the same integer recipe as the Triton
+A CTA covers ``rows_per_program`` rows of one column block: one warp of one row at 1 row per
+program; at 4, two warps of two adjacent rows each (:func:`rows_per_warp`), both rows' loads
+issued before the first amax needs one. That keeps 16 bytes per lane in flight: with one row
+per warp (8 bytes per lane, 16 KB per SM, below the ~23 KB Little's law asks at the copy rate)
+both backends stopped at 60 % of the copy. Each lane holds 4 consecutive elements of a row:
+one 8-byte load where the key's row stride is a multiple of 16 elements (``x_stride_class``
+div16; the base is 16-byte aligned, checked at call), four 2-byte loads otherwise. A row past
+the end is loaded as the last row (clamped: the loads need no guard) and not stored. The amax
+is an integer max over |x| bit patterns (|x| orders like its bits), reduced across the warp with
+one ``redux.sync.max.s32`` per row; the exponent comes from the same integer recipe as the Triton
 kernel (spec §2.1). The only float operations are the exact upcast, the rounded multiply
 ``fl(a * fl(1/448))`` and the exact scaling ``y = x * 2**-e``, both as ``mul.rn.f32`` (NVVM
 would otherwise be free to contract a product into a later add: spec §2.1 rule 1). The e4m3
