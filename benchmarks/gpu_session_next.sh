@@ -17,13 +17,13 @@
 #     bash benchmarks/gpu_session_next.sh final2 OUT_DIR    # issue 16: launch plans, C4 racecheck, C4 sweep
 #     bash benchmarks/gpu_session_next.sh final3 OUT_DIR    # issue 16: rowquant / K3 sweeps, host overhead
 #     bash benchmarks/gpu_session_next.sh final4 OUT_DIR    # issue 16: C4 again after its decode/prefill split moved
-#     bash benchmarks/gpu_session_next.sh rq OUT_DIR        # issue 16: rowquant with 16 bytes per lane in flight
+#     bash benchmarks/gpu_session_next.sh next OUT_DIR      # issue 16: rowquant and K3 after this session's load changes
 # Before the store phase, on the CPU machine: bash benchmarks/prepare_gpu_store.sh, then carry
 # .carry-store with the call. CuTeDSL first (../shared/device/README.md: two calls). Each step
 # has its own time limit and log; one that fails or times out does not stop the others.
 # Everything ends up in OUT_DIR/records.tar.gz and OUT_DIR/session.log.
 set -u
-usage="usage: gpu_session_next.sh pipeline|store|finish|bench1|bench2|bench3|verify|verify2|bench4|ncu|verify3|bench5|c4|final1|final2|final3|final4|rq|rq-triton OUT_DIR"
+usage="usage: gpu_session_next.sh pipeline|store|finish|bench1|bench2|bench3|verify|verify2|bench4|ncu|verify3|bench5|c4|final1|final2|final3|final4|next|next-triton OUT_DIR"
 source "$(dirname "$0")/gpu_session_lib.sh"
 session_begin "$usage" "$@"
 host_step() {  # issue 16's host-overhead table, real launches
@@ -124,13 +124,18 @@ final4)  # C4 CuTeDSL with the decode kernel up to T = 4096: the rule, races, th
     step c4_racecheck 60 compute-sanitizer --tool racecheck --report-api-errors no python3 benchmarks/sanitize_cases.py \
         --quick --families c4_compress_ds_mla,c4_compress_plain,indexer_compress --backends cutedsl
     bench_step c4_compress 260 ;;
-rq)  # rowquant, 16 bytes per lane in flight: every byte on both backends, then the sweep
+next)  # rowquant (16 bytes per lane in flight) and K3 (rope row loaded with the codes): bytes, then sweeps
     step rowquant_check 90 python3 benchmarks/verify_backends.py --commit "${DSV4KIT_COMMIT:-unknown}" --out "$work/backends_h200"
-    bench_step rowquant 80 ;;
-rq-triton)  # the same without the CuTeDSL bundle (Triton rows only; a short device budget)
+    step k3_check 110 python3 benchmarks/dequant_gather_gpu_check.py --out "$work/dequant_gather_h200" --cases 60
+    bench_step rowquant 80
+    bench_step dequant_gather 90 ;;
+next-triton)  # the same without the CuTeDSL bundle (Triton rows only; a short device budget)
     step rowquant_check 60 python3 benchmarks/verify_backends.py --triton-only --commit "${DSV4KIT_COMMIT:-unknown}" --out "$work/backends_h200"
+    step k3_check 90 python3 benchmarks/dequant_gather_gpu_check.py --out "$work/dequant_gather_h200" --cases 60
     step bench_rowquant 70 python3 -m dsv4kit bench --family rowquant --backend triton --rep-ms 40 \
-        --json "$work/bench_h200/rowquant.json" --plot "$work/bench_h200/rowquant.png" ;;
+        --json "$work/bench_h200/rowquant.json" --plot "$work/bench_h200/rowquant.png"
+    step bench_dequant_gather 80 python3 -m dsv4kit bench --family dequant_gather --backend triton --rep-ms 40 \
+        --json "$work/bench_h200/dequant_gather.json" --plot "$work/bench_h200/dequant_gather.png" ;;
 *) echo "unknown phase $phase ($usage)" >&2; exit 2 ;;
 esac
 session_end

@@ -72,3 +72,13 @@ def test_sass_uses_the_hardware_e4m3_conversion(compiled) -> None:
     pairs = BYTES_PER_THREAD[backend] // 2
     assert len(re.findall(r"\bF2FP\.F16\.E4M3\.UNPACK_B\b", sass)) == pairs, backend
     assert not re.search(r"\bI2F\b", sass), backend
+
+
+@pytest.mark.parametrize("key", [(256, True), (64, False), (2, False)])
+def test_triton_issues_every_load_of_a_tile_before_its_stores(key) -> None:
+    """The rope row is loaded with the codes, not after the nope stores: a load below a store that
+    Triton cannot prove apart stays below it, one dependent DRAM round trip more per tile."""
+    kernel = k3_triton.DequantGatherTriton(cpu_platform(ARCH))
+    ptx = kernel.compile_for(kernel.CompileKey(*key), ARCH).text["ptx"]
+    body = ptx[ptx.index(".entry"):]
+    assert "st.global" in body and body.rfind("ld.global") < body.find("st.global")

@@ -119,11 +119,12 @@ def dequant_gather_kernel(
         # All 8 bytes (one aligned 8-byte load); the 8th is the pad byte and scales block 7,
         # which is never stored.
         sb = tl.load(cache_ptr + scale_at[:, None] + blk[None, :], mask=ok[:, None], other=127)
+        # The rope row with the codes: loaded after the nope stores it would wait for them (a
+        # load does not move above a store Triton cannot prove apart), one round trip more.
+        rope = tl.load(cache16 + rope_at[:, None] + lane[None, :], mask=ok[:, None])
         scale = from_bits(sb.to(tl.uint32) << 23)                   # 2**(sb - 127), exact
         vals = _dequant_bits(codes, scale[:, :, None])
         tl.store(out16 + out_row[:, None, None] + col[None, :, :], vals, mask=m3)
-
-        rope = tl.load(cache16 + rope_at[:, None] + lane[None, :], mask=ok[:, None])
         tl.store(out16 + out_row[:, None] + NOPE + lane[None, :], rope, mask=ok[:, None])
         r0 += ROWS
 
