@@ -116,8 +116,8 @@ def dequant_gather_kernel(
 
         m3 = ok[:, None, None] & nope_mask
         codes = tl.load(cache_ptr + entry[:, None, None] + col[None, :, :], mask=m3, other=0)
-        # All 8 bytes (one aligned 8-byte load); the 8th is the pad byte and scales block 7,
-        # which is never stored.
+        # All 8 bytes; the 8th is the pad byte and scales block 7, which is never stored. (On
+        # sm_90a they come as byte loads, not one 8-byte load: benchmarks/results/sass_mix_sm90a.)
         sb = tl.load(cache_ptr + scale_at[:, None] + blk[None, :], mask=ok[:, None], other=127)
         # The rope row with the codes: loaded after the nope stores it would wait for them (a
         # load does not move above a store Triton cannot prove apart), one round trip more.
