@@ -30,9 +30,9 @@ host_step() {  # issue 16's host-overhead table, real launches
     step host 120 python3 benchmarks/host_overhead.py --executor real --calls 300 --repeats 5 \
         --out "$work/host_overhead_h200"
 }
-bench_step() {  # bench_step PLAN SECONDS: one dsv4kit bench sweep, its own JSON and figure
+bench_step() {  # bench_step PLAN SECONDS [BENCH OPTIONS]: one dsv4kit bench sweep, its own JSON and figure
     step "bench_$1" "$2" python3 -m dsv4kit bench --family "$1" --rep-ms 60 \
-        --json "$work/bench_h200/$1.json" --plot "$work/bench_h200/$1.png"
+        --json "$work/bench_h200/$1.json" --plot "$work/bench_h200/$1.png" "${@:3}"
 }
 case $phase in
 pipeline)
@@ -132,10 +132,8 @@ next)  # rowquant (16 bytes per lane in flight) and K3 (rope row loaded with the
 next-triton)  # the same without the CuTeDSL bundle (Triton rows only; a short device budget)
     step rowquant_check 60 python3 benchmarks/verify_backends.py --triton-only --commit "${DSV4KIT_COMMIT:-unknown}" --out "$work/backends_h200"
     step k3_check 90 python3 benchmarks/dequant_gather_gpu_check.py --out "$work/dequant_gather_h200" --cases 60
-    step bench_rowquant 70 python3 -m dsv4kit bench --family rowquant --backend triton --rep-ms 40 \
-        --json "$work/bench_h200/rowquant.json" --plot "$work/bench_h200/rowquant.png"
-    step bench_dequant_gather 80 python3 -m dsv4kit bench --family dequant_gather --backend triton --rep-ms 40 \
-        --json "$work/bench_h200/dequant_gather.json" --plot "$work/bench_h200/dequant_gather.png" ;;
+    bench_step rowquant 70 --backend triton --rep-ms 40
+    bench_step dequant_gather 80 --backend triton --rep-ms 40 ;;
 *) echo "unknown phase $phase ($usage)" >&2; exit 2 ;;
 esac
 session_end

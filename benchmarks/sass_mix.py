@@ -989,12 +989,12 @@ def plan_size(plan: Any, size: str) -> int | None:
     return int(size)
 
 
-def large_targets(plans: Sequence[Any], arch: str, log: Any = print, size: str = "large") -> list[Target]:
-    """Every point of each plan at its large size (the last of ``plan.sizes``; ``size``: see
-    :func:`plan_size`), one per distinct (family, variant, key): the op arguments are built on CPU
-    and the Triton kernel's ``__call__``, as a GPU process of ``arch`` would run it, says which key
-    they dispatch to and with which grid (the two backends share the contract class, so its key;
-    checked)."""
+def plan_targets(plans: Sequence[Any], arch: str, log: Any = print, size: str = "large") -> list[Target]:
+    """Every point of each plan at the size ``size`` names (:func:`plan_size`; default its large
+    size, the last of ``plan.sizes``), one per distinct (family, variant, key): the op arguments are
+    built on CPU and the Triton kernel's ``__call__``, as a GPU process of ``arch`` would run it,
+    says which key they dispatch to and with which grid (the two backends share the contract class,
+    so its key; checked)."""
     from dsv4kit.kernels import family as family_spec
     from dsv4kit.model.stack import gpu_platform
 
@@ -1261,11 +1261,11 @@ def write_report(out: Path, data: Mapping[str, Any], findings: str = "") -> None
     need = round(mm["copy_GBps"] * mm["assumed_dram_latency_ns"] / mm["sms"] / 1e3, 1)
     bpc = mm["copy_GBps"] / (mm["sms"] * mm["clock_ghz"])
     dirty = prov["uncommitted_package_files"]
+    size = prov.get("size", "large")
     at = {"large": "the plan's large size (`dsv4kit.bench.PLANS`, the last of `sizes`, every point)",
           "decode": "the plan's largest decode size (`dsv4kit.bench.PLANS`, the largest of `decode_sizes`, "
                     "every point; plans without decode sizes left out)"}.get(
-        prov.get("size", "large"), f"size {prov.get('size')} of every plan (every point)")
-    size = prov.get("size", "large")
+        size, f"size {size} of every plan (every point)")
     where = {"large": "the large size", "decode": "the decode size"}.get(size, "that size")
     again = "" if size == "large" else f" --size {size}"
     choices = sorted({f"`{r['kernel']}`: {r['sass']['objective']} path ({r['sass']['objective_reason']})"
@@ -1404,7 +1404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not platform.cutedsl:
         print("CuTeDSL (cutlass) is not importable: its kernels are skipped")
     t0 = time.perf_counter()
-    targets = large_targets(plans, args.arch, size=args.size)
+    targets = plan_targets(plans, args.arch, size=args.size)
     rows: list[dict[str, Any]] = []
     for tgt in targets:
         rows += analyze_target(tgt, args.arch, platform)

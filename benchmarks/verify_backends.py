@@ -114,9 +114,10 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
 
     plat = detect_platform()
+    backends = ["triton"] if args.smoke or args.triton_only else ["triton", "cutedsl"]
     if not args.smoke:
         plat.require_cuda("verify_backends")
-    if not (args.smoke or args.triton_only):
+    if "cutedsl" in backends:
         plat.require_cutedsl("verify_backends")
         import_cute()
     dev = plat.device
@@ -125,7 +126,7 @@ def main() -> None:
         "device": plat.device_name, "arch": plat.arch, "versions": versions(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": args.commit, "seed": args.seed, "tvm_ffi": plat.tvm_ffi,
-        "backends": ["triton"] if args.smoke or args.triton_only else ["triton", "cutedsl"],
+        "backends": backends,
     }
     tag = plat.device_name.replace("NVIDIA ", "").replace(" ", "_").lower()
     try:

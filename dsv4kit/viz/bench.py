@@ -341,8 +341,12 @@ def _r2(y: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, float]:
 def decode_path_fit(mix: Sequence[SassMix], runs: Sequence[RecordedRun], size: int = 1) -> DecodePathFit:
     """Fit the decode rows of ``runs`` at ``size`` (µs over the empty kernel) to the static path
     (load batches, instructions) of ``mix`` (:class:`DecodePathFit`)."""
-    rows = [(d, run.current()) for run in runs for d in run.decode
-            if d.size == size and d.over_empty_us is not None]
+    rows = []
+    for run in runs:
+        decode = [d for d in run.decode if d.size == size and d.over_empty_us is not None]
+        if decode:
+            current = run.current()  # hashes the kernel sources: once per run
+            rows += [(d, current) for d in decode]
     found, seen = [], set()
     for exact in (True, False):  # a row of the static config first; another run of the kernel after
         for d, current in rows:
