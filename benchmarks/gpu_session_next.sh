@@ -17,13 +17,14 @@
 #     bash benchmarks/gpu_session_next.sh final2 OUT_DIR    # issue 16: launch plans, C4 racecheck, C4 sweep
 #     bash benchmarks/gpu_session_next.sh final3 OUT_DIR    # issue 16: rowquant / K3 sweeps, host overhead
 #     bash benchmarks/gpu_session_next.sh final4 OUT_DIR    # issue 16: C4 again after its decode/prefill split moved
-#     bash benchmarks/gpu_session_next.sh next OUT_DIR      # issue 16: rowquant and K3 after this session's load changes
+#     bash benchmarks/gpu_session_next.sh next OUT_DIR      # issue 16: rowquant and K3 after their load changes, host
+#     bash benchmarks/gpu_session_next.sh next2 OUT_DIR     # issue 16: the C4 sweep, counters of rowquant / K3 / C4
 # Before the store phase, on the CPU machine: bash benchmarks/prepare_gpu_store.sh, then carry
 # .carry-store with the call. CuTeDSL first (../shared/device/README.md: two calls). Each step
 # has its own time limit and log; one that fails or times out does not stop the others.
 # Everything ends up in OUT_DIR/records.tar.gz and OUT_DIR/session.log.
 set -u
-usage="usage: gpu_session_next.sh pipeline|store|finish|bench1|bench2|bench3|verify|verify2|bench4|ncu|verify3|bench5|c4|final1|final2|final3|final4|next|next-triton OUT_DIR"
+usage="usage: gpu_session_next.sh pipeline|store|finish|bench1|bench2|bench3|verify|verify2|bench4|ncu|verify3|bench5|c4|final1|final2|final3|final4|next|next2|next-triton OUT_DIR"
 source "$(dirname "$0")/gpu_session_lib.sh"
 session_begin "$usage" "$@"
 host_step() {  # issue 16's host-overhead table, real launches
@@ -124,11 +125,18 @@ final4)  # C4 CuTeDSL with the decode kernel up to T = 4096: the rule, races, th
     step c4_racecheck 60 compute-sanitizer --tool racecheck --report-api-errors no python3 benchmarks/sanitize_cases.py \
         --quick --families c4_compress_ds_mla,c4_compress_plain,indexer_compress --backends cutedsl
     bench_step c4_compress 260 ;;
-next)  # rowquant (16 bytes per lane in flight) and K3 (rope row loaded with the codes): bytes, then sweeps
+next)  # rowquant (16 bytes per lane in flight) and K3 (rope row loaded with the codes): bytes, then
+    # sweeps; the launch plans on every path, the host overhead with the plan body's pieces
     step rowquant_check 90 python3 benchmarks/verify_backends.py --commit "${DSV4KIT_COMMIT:-unknown}" --out "$work/backends_h200"
     step k3_check 110 python3 benchmarks/dequant_gather_gpu_check.py --out "$work/dequant_gather_h200" --cases 60
     bench_step rowquant 80
-    bench_step dequant_gather 90 ;;
+    bench_step dequant_gather 90
+    step launch_plans 70 python3 benchmarks/launch_plans_gpu_check.py --out "$work/launch_plans_h200"
+    host_step ;;
+next2)  # the C4 sweep (its docstring changed: a fresh kernel-source hash), then the counters
+    bench_step c4_compress 210
+    step ncu 320 python3 benchmarks/ncu_profile.py --out "$work/ncu_h200" --timeout 310 \
+        --families "${NCU_FAMILIES:-rowquant,dequant_gather,c4_compress}" ;;
 next-triton)  # the same without the CuTeDSL bundle (Triton rows only; a short device budget)
     step rowquant_check 60 python3 benchmarks/verify_backends.py --triton-only --commit "${DSV4KIT_COMMIT:-unknown}" --out "$work/backends_h200"
     step k3_check 90 python3 benchmarks/dequant_gather_gpu_check.py --out "$work/dequant_gather_h200" --cases 60

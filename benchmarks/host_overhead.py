@@ -98,10 +98,55 @@ def _parts(spec: FamilySpec, kwargs: dict[str, Any], calls: int, repeats: int) -
     if not served:
         return None
     fast, guard, tensors = served[0]
-    parts = {"hot guard": lambda: guard((), kwargs), "plan body": lambda: fast.plan.run(*tensors),
+    kernel_tensors = [tensors[i] for i in fast.order]
+    parts = {"hot guard": lambda: guard((), kwargs), "plan body": lambda: fast.plan.run(*kernel_tensors),
              "validity": fast.valid,
-             "launch_signature (replaced)": lambda: launch_plans.launch_signature((), kwargs)}
-    return {k: round(_mean_us(fn, calls, repeats), 2) for k, fn in parts.items()}
+             "launch_signature (replaced)": lambda: launch_plans.launch_signature((), kwargs),
+             **_body_parts(fast.plan, kernel_tensors)}
+    return {k: (round(_mean_us(fn, calls, repeats), 2) if callable(fn) else fn) for k, fn in parts.items()}
+
+
+def _body_parts(plan: launch_plans.LaunchPlan, tensors: list[torch.Tensor]) -> dict[str, Any]:
+    """The plan body's pieces as callables: each fresh output's ``empty_strided`` (from the plan's
+    generated source), the launch with this call's arguments, and on a Triton direct launch the
+    launch's own steps and the two ways past ``CudaLauncher.__call__`` (its C ``launch``)."""
+    ns = plan.run.__globals__
+    launch = ns["launch"]
+    seen: list[list[Any]] = []
+    ns["launch"] = lambda args: seen.append(args) or launch(args)
+    try:
+        plan.run(*tensors)
+    finally:
+        ns["launch"] = launch
+    args = seen[0]
+    parts: dict[str, Any] = {}
+    for i, line in enumerate(ln for ln in plan.source.splitlines() if "empty_strided(" in ln):
+        parts[f"empty_strided #{i}"] = eval("lambda: " + line.split("=", 1)[1], ns)  # noqa: S307 - the plan's own line
+    parts["launch"] = lambda: launch(args)
+    cells = (c.cell_contents for c in launch.__closure__ or ())
+    free = dict(zip(launch.__code__.co_freevars, cells, strict=True))
+    if "ck" not in free:
+        return parts                       # not Triton's direct launch: the executor call is the launch
+    ck, grid, device = free["ck"], free["grid"], free["device"]
+    g0, g1, g2 = (*grid, 1, 1)[:3]
+    values = free["template"].copy()
+    for slot, a in zip(free["slots"], args, strict=True):
+        values[slot] = a
+    stream = free["get_stream"](device)
+    run, function, packed = ck.run, ck.function, ck.packed_metadata
+    c_launch = run.launch
+    coop, pdl = run.launch_cooperative_grid, run.launch_pdl
+    parts.update({
+        "triton: current device": free["get_device"],
+        "triton: current stream": lambda: free["get_stream"](device),
+        "triton: launch_metadata": lambda: ck.launch_metadata(grid, stream, *values),
+        "triton: CudaLauncher.__call__": lambda: run(g0, g1, g2, stream, function, packed, None, None, None,
+                                                     *values),
+        "triton: C launch": lambda: c_launch(g0, g1, g2, stream, function, coop, pdl, None, None, packed,
+                                             None, None, None, *values),
+    })
+    parts["triton: scratch bytes"] = (run.global_scratch_size, run.profile_scratch_size)
+    return parts
 
 
 def measure(spec: FamilySpec, backend: str, device: str, executor: str, calls: int, repeats: int,

@@ -42,10 +42,11 @@ consecutive positions, so a warp usually has one boundary token. Launch bound
 3. Head 512: the chunks' pooled values go through shared memory (2 KiB per warp) so that lane
    ``l`` ends up holding dims ``[16 l, 16 l + 16)``. Head 128: the chunk is already that layout.
 
-Why two: a CTA per token puts a decode step's few windows in flight at once (3.1 us over an empty
-kernel at T = 1 on the H200, against 11.7 us for a warp per token), but in prefill its one encoding
-warp per token leaves the CTA's other warps idle (51 % of the copy bandwidth at T = 65536 against
-80 % for a warp per token); ``benchmarks/results/NOTES.md`` has both sweeps.
+Why two: a CTA per token puts a decode step's few windows in flight at once (K5 3.3 us over an
+empty kernel at T = 1 on the H200, against 11.7 us for a warp per token), but in prefill its one
+encoding warp per token leaves the CTA's other warps idle (head 512 at T = 65536: 400 us against
+164 us for a warp per token); the crossover, each kernel forced at every T, is recorded in
+``benchmarks/results/c4_split_h200/``.
 
 Then, both kernels, by one warp per token:
 
