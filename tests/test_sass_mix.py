@@ -140,7 +140,7 @@ def test_rowquant_triton_sm90a_sass():
     assert set(whole["widths"]["LDG"]) <= {"128b", "64b", "32b", "16b", "8b"} and whole["widths"]["LDG"]
     assert an["main_path"]["global_bytes"] > 0 and an["headline"]["instr_per_model_byte"] > 0
     assert an["load_batches"]["batches"] >= 1
-    assert res["threads_per_cta"] == 64 and res["registers"] > 0  # 2 warps (16 B per lane)
+    assert res["threads_per_cta"] == 128 and res["registers"] > 0  # 4 warps, a half-warp per tile row
     occ = sm.occupancy(res["registers"], res["threads_per_cta"], res["static_shared"] + res["dynamic_shared"])
     assert 0 < occ["occupancy"] <= 1
 

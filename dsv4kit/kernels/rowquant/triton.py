@@ -1,14 +1,16 @@
-"""rowquant in Triton: one program quantizes ROWS rows x one 128-wide block.
+"""rowquant in Triton: one program quantizes ROWS rows x COLB 128-wide blocks.
 
-Thread mapping (Triton's layouts): with ROWS = 4 the program runs 2 warps; warp w holds rows
-``4 * pid + 2w`` and ``+ 1``, a half-warp per row, each lane 8 consecutive bf16 (one 16-byte
-load) whose 8 e4m3 bytes it writes with one 8-byte store; the block amax is 4 butterfly shuffles
-within the half-warp, and the 4 scales go out through shared memory (the 1-D scale store has its
-own layout). Two warps, not four with 4 elements per lane: 16 bytes per lane in flight, 32 KB per
-SM at full occupancy, where 8 bytes per lane (16 KB, below the ~23 KB Little's law asks at the
-copy rate) held the kernel at 60 % of the copy on the H200. With ROWS = 1 (fewer than
-``COARSEN_AT`` rows) the row is spread over 4 warps, one element per lane, amax across warps
-through shared memory.
+Thread mapping (Triton's layouts): the program's tile is ``[ROWS * COLB, 128]``, tile row ``j``
+being row ``ROWS * pid0 + j // COLB``, block ``COLB * pid1 + j % COLB``. At the coarse key
+(ROWS = 4, COLB = :func:`~dsv4kit.kernels.rowquant.spec.blocks_per_program`: 8 at 4096 columns,
+4 at 512) it runs 4 warps; a half-warp holds one tile row, each lane 8 consecutive bf16 (one
+16-byte load) whose 8 e4m3 bytes it writes with one 8-byte store, and a lane's COLB / 2 loads
+are all issued before the first amax (4 butterfly shuffles within the half-warp) needs one; the
+scales go out through shared memory (the 1-D scale store has its own layout). Why several
+blocks: with one (a 1 KB program) the SMs' CTA launch rate, not the memory, bounded both
+backends at 60 % of the copy on the H200 (achieved occupancy 36-39 % of 100 %). With ROWS = 1
+(fewer than ``COARSEN_AT`` rows: decode sizes) COLB is 1 and the row block is spread over 4
+warps, one element per lane, amax across warps through shared memory.
 
 Numerics (spec §2.1), bit-exact on GPU and under the CPU interpreter: the float operations are
 the exact bf16 -> fp32 upcast, one rounded multiply ``fl(a * fl(1/448))`` (same ``clog2`` as the
@@ -37,7 +39,7 @@ import triton.language as tl
 
 from dsv4kit.backends.triton import Const, FromKey, IntClass, Ptr, Runtime, TritonJitKernel
 from dsv4kit.kernels.rowquant.reference import BLOCK
-from dsv4kit.kernels.rowquant.spec import RowQuantBase
+from dsv4kit.kernels.rowquant.spec import RowQuantBase, blocks_per_program
 
 __all__ = ["RowQuantTriton"]
 
@@ -66,13 +68,15 @@ def _e4m3_code(u):
 
 @triton.jit(do_not_specialize=["n_rows"])
 def _rowquant_kernel(x_ptr, q_ptr, s_ptr, n_rows: tl.int32, x_row_stride, n_cols,
-                     ROWS: tl.constexpr, BLOCK: tl.constexpr, HW_CVT: tl.constexpr = True):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    blk = tl.program_id(1)
-    cols = blk * BLOCK + tl.arange(0, BLOCK)
+                     ROWS: tl.constexpr, COLB: tl.constexpr, BLOCK: tl.constexpr,
+                     HW_CVT: tl.constexpr = True):
+    j = tl.arange(0, ROWS * COLB)
+    rows = tl.program_id(0) * ROWS + j // COLB
+    blk = tl.program_id(1) * COLB + j % COLB
+    cols = blk[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     live = (rows < n_rows)[:, None]
     r = rows.to(tl.int64)[:, None]
-    x = tl.load(x_ptr + r * x_row_stride + cols[None, :], mask=live, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + r * x_row_stride + cols, mask=live, other=0.0).to(tl.float32)
     u = x.to(tl.int32, bitcast=True)
     # |x| orders like its bit pattern, so the amax is an integer max (redux.sync on the GPU).
     amax = tl.max(u & 0x7FFFFFFF, axis=1)
@@ -84,7 +88,7 @@ def _rowquant_kernel(x_ptr, q_ptr, s_ptr, n_rows: tl.int32, x_row_stride, n_cols
         code = y.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
     else:
         code = _e4m3_code(y.to(tl.int32, bitcast=True)).to(tl.uint8)
-    tl.store(q_ptr + r * n_cols + cols[None, :], code, mask=live)
+    tl.store(q_ptr + r * n_cols + cols, code, mask=live)
     scale = ((e + 127) << 23).to(tl.float32, bitcast=True)  # 2**e
     tl.static_assert(BLOCK == 128)
     nblk = n_cols >> 7  # n_cols // BLOCK without the signed-division fixup (n_cols > 0)
@@ -103,20 +107,18 @@ class RowQuantTriton(RowQuantBase, TritonJitKernel["RowQuantBase.CompileKey"]):
         "x_row_stride": IntClass("x_stride_class"),
         "n_cols": FromKey("n_cols"),
         "ROWS": FromKey("rows_per_program"),
+        "COLB": FromKey(lambda key: blocks_per_program(key.n_cols, key.rows_per_program)),
         "BLOCK": Const(BLOCK),
         "HW_CVT": Const(True),
     }
-
-    def launch_options(self, key: RowQuantBase.CompileKey) -> dict[str, Any]:
-        # 4 rows x 128 over 64 threads: 16 bytes of x per lane (the module docstring says why).
-        return {"num_warps": 2 if key.rows_per_program == 4 else 4}
 
     def interpreter_constexprs(self, key: RowQuantBase.CompileKey) -> dict[str, Any]:
         # The interpreter cannot round in an fp32 -> fp8 cast: the integer recipe instead.
         return {"HW_CVT": False}
 
     def grid(self, key: RowQuantBase.CompileKey, args: Mapping[str, Any]) -> tuple[int, ...]:
-        return (triton.cdiv(args["n_rows"], key.rows_per_program), key.n_cols // BLOCK)
+        colb = blocks_per_program(key.n_cols, key.rows_per_program)
+        return (triton.cdiv(args["n_rows"], key.rows_per_program), key.n_cols // BLOCK // colb)
 
 
     def launch_args(self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> tuple[Any, ...]:
