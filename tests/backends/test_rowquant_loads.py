@@ -24,7 +24,8 @@ def _bytes_before_amax(ptx: str) -> int:
 
 
 def test_blocks_per_program_divides_the_row() -> None:
-    assert [blocks_per_program(n, 4) for n in (128, 384, 512, 1024, 1536, 4096, 7168)] == [1, 1, 4, 8, 4, 8, 8]
+    widths = (128, 384, 512, 1024, 1536, 4096, 7168)
+    assert [blocks_per_program(n, 4) for n in widths] == [1, 1, 4, 8, 4, 8, 8]
     assert blocks_per_program(4096, 1) == 1          # a decode launch keeps one block
 
 
