@@ -232,7 +232,7 @@ def run(res: dict[str, Any], plat: Any, dev: str, gen: torch.Generator, args: An
     s = torch.empty(4, 4, device="cuda", dtype=torch.float32)
     with count_triton_compiles() as tc, JitMonitor("error"):
         try:
-            _rowquant_kernel[(4, 4)](xb, q, s, 4, xb.stride(0), 512, 1, 128,
+            _rowquant_kernel[(4, 4)](xb, q, s, 4, xb.stride(0), 512, 1, 1, 128,
                                      num_warps=4, enable_fp_fusion=False)
             neg["triton_raw_unaligned_launch"] = "NOT RAISED"
         except UnwarmedKeyError as exc:
