@@ -162,10 +162,11 @@ def test_rowquant_and_encoders():
     assert {r.backend: (r.median_us, r.GBps) for r in rq.rows} == {
         b: (pytest.approx(1e3 * t["median_ms"]), t["GB_per_s"]) for b, t in src.items()}
     assert all(r.copy_GBps is None and r.fraction_of_copy is None for r in rq.rows)  # none was measured
-    # The bytes model agrees with the recorded GB/s to the 4 digits recorded.
+    # The bytes model agrees with the recorded GB/s within half a unit of the median's last
+    # recorded digit (0.0372 ms: 1.3e-3 relative).
     for r in rq.rows:
         gbps = bench.rowquant_bytes(8192, 4096) / (r.median_us * 1e-6) / 1e9
-        assert gbps == pytest.approx(r.GBps, rel=1e-3)
+        assert gbps == pytest.approx(r.GBps, rel=0.05 / r.median_us)
     enc = recorded_run("encoders_h200/encoders_gpu_check.json", ROOT)
     assert enc.rows == () and "no timings" in enc.note
 

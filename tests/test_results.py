@@ -219,7 +219,7 @@ def test_checkout_records(relpath, family):
     assert rec is not None, results.not_found_message(relpath)
     assert rec.device == "NVIDIA H200" and rec.versions["triton"] == "3.6.0"
     assert rec.status(family).startswith(f"recorded at {rec.commit[:10]} on NVIDIA H200, {rec.date}")
-    assert rec.date.startswith(("2026-11-30T", "2026-12-01T", "2026-12-02T", "2026-12-03T"))
+    assert rec.date.startswith(("2026-11-30T", "2026-12-01T", "2026-12-02T", "2026-12-03T", "2026-12-04T"))
 
 
 # --------------------------------------------------------------------------- installed package
