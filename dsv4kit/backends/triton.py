@@ -435,6 +435,23 @@ class TritonCompiled:
     kernel: Any = None  # triton CompiledKernel (None for a pure AOT compile's runtime path)
 
 
+def _c_launch(run: Any) -> tuple[Callable[..., Any], bool, bool] | None:
+    """The C ``launch`` under a ``CudaLauncher`` and its cooperative-grid and PDL flags, where
+    calling it directly does what ``CudaLauncher.__call__`` would: no scratch buffer to allocate
+    per launch. None otherwise (another launcher class, or scratch needed). Its arguments (triton
+    3.6): ``grid x, y, z, stream, function, cooperative, pdl, global scratch, profile scratch,
+    packed metadata, launch metadata, enter hook, exit hook, *kernel args``."""
+    names = ("launch", "global_scratch_size", "profile_scratch_size", "launch_cooperative_grid", "launch_pdl")
+    if not all(hasattr(run, n) for n in names) or run.global_scratch_size or run.profile_scratch_size:
+        return None
+    return run.launch, bool(run.launch_cooperative_grid), bool(run.launch_pdl)
+
+
+def _no_hook(hook: Any) -> bool:
+    """Whether a launch hook of ``knobs.runtime`` would do nothing: None, or an empty ``HookChain``."""
+    return hook is None or (type(hook) is knobs.HookChain and not hook.calls)
+
+
 class TritonJitKernel(JitKernel[K]):
     """Base of Triton kernels; see the module docstring."""
 
@@ -749,6 +766,8 @@ class TritonJitKernel(JitKernel[K]):
         get_device, get_stream = drv.get_current_device, drv.get_current_stream
         device = get_device()
         run, function, packed, runtime = ck.run, ck.function, ck.packed_metadata, knobs.runtime
+        direct = _c_launch(run)
+        c_launch, coop, pdl = direct or (None, False, False)
         template = list(full)
 
         def launch(args: list[Any]) -> None:
@@ -759,9 +778,15 @@ class TritonJitKernel(JitKernel[K]):
             for slot, a in zip(slots, args, strict=True):
                 values[slot] = a
             stream = get_stream(device)
-            meta = ck.launch_metadata(grid, stream, *values)  # None without a hook, as in JITFunction.run
-            run(g0, g1, g2, stream, function, packed, meta, runtime.launch_enter_hook,
-                runtime.launch_exit_hook, *values)
+            enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+            if c_launch is not None and _no_hook(enter) and _no_hook(leave):
+                # What CudaLauncher.__call__ does with nothing to allocate and no hook registered,
+                # without its frame, the launch-metadata dict and two empty hook-chain calls.
+                c_launch(g0, g1, g2, stream, function, coop, pdl, None, None, packed, None, None, None,
+                         *values)
+                return
+            meta = ck.launch_metadata(grid, stream, *values)
+            run(g0, g1, g2, stream, function, packed, meta, enter, leave, *values)
 
         return launch, frozenset(dtypes)
 

@@ -379,7 +379,7 @@ def _output_steps(output: Any, src: _Sources) -> tuple[str, list[tuple[Any, ...]
             continue
         shared = src.sharing(_base(leaf))
         if shared is not None:
-            steps.append(_view_step(leaf, shared, src))
+            steps.append(_view_step(leaf, shared, src, as_source=False))
             continue
         # A fresh allocation: rebuilt with empty_strided, so it must be all of its storage.
         if leaf.storage_offset() != 0 or leaf.untyped_storage().nbytes() != _span_bytes(leaf):
@@ -389,11 +389,26 @@ def _output_steps(output: Any, src: _Sources) -> tuple[str, list[tuple[Any, ...]
     return shape, fresh, steps
 
 
-def _view_step(t: torch.Tensor, i: int, src: _Sources) -> tuple[Any, ...]:
-    """``t`` as a view of source ``i``'s storage (its own dtype: ``q.view(torch.uint8)``, say)."""
-    how = "same" if t.dtype is src.tensors[i].dtype else (
-        "view" if t.itemsize == src.tensors[i].itemsize else "rebind")
-    return (_VIEW, i, tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, how)
+def _geometry(t: torch.Tensor) -> tuple[Any, ...]:
+    return tuple(t.shape), t.stride(), t.storage_offset(), t.dtype
+
+
+def _view_step(t: torch.Tensor, i: int, src: _Sources, as_source: bool = True) -> tuple[Any, ...]:
+    """``t`` as a view of source ``i``'s storage (its own dtype: ``q.view(torch.uint8)``, say), by
+    the cheapest of: the source itself (a launch argument of the source's geometry, where
+    ``as_source``), ``.view(dtype)``, that (or the source) ``.as_strided``, or a rebind. The
+    source's geometry is part of the signature, so the choice made here holds for every call of it."""
+    s, want = src.tensors[i], _geometry(t)
+    if as_source and _geometry(s) == want:
+        return (_SRC, i)
+    if t.dtype is s.dtype:
+        return (_VIEW, i, *want[:3], t.dtype, "strided")
+    try:
+        cast = s.view(t.dtype)
+    except RuntimeError:  # widths whose view the source's last dimension does not allow
+        return (_VIEW, i, *want[:3], t.dtype, "rebind")
+    how = "view" if _geometry(cast) == want else "view_strided"
+    return (_VIEW, i, *want[:3], t.dtype, how)
 
 
 def _arg_step(a: Any, src: _Sources, pointer: bool) -> tuple[Any, ...]:
@@ -488,8 +503,8 @@ class _Source:
             size, stride = self.const(size), self.const(stride)
             if how == "rebind":
                 return f"_rebind(s{i}, {self.const(dtype)}, {offset}, {size}, {stride})"
-            cast = f".view({self.const(dtype)})" if how == "view" else ""
-            return f"s{i}{cast}.as_strided({size}, {stride}, {offset})"
+            cast = f"s{i}" if how == "strided" else f"s{i}.view({self.const(dtype)})"
+            return cast if how == "view" else f"{cast}.as_strided({size}, {stride}, {offset})"
         return self.const(rest[0])
 
 
