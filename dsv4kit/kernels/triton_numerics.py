@@ -6,6 +6,9 @@ integer arithmetic on the fp32 bits; e4m3 and E2M1 round with one fp32 add of a
 "magic" constant that leaves exactly the target format's mantissa bits (the hardware and
 numpy both round that add to nearest even). Results are values the final cast represents
 exactly (bf16, e4m3) or the 4-bit codes themselves (E2M1). The same code runs on the GPU.
+:func:`bf16_value` and :func:`e4m3` take an ``HW`` constexpr instead: on the GPU (``HW`` true) the
+cast itself rounds to nearest even in hardware (fewer instructions, the same bits); a kernel sets
+``HW`` false under the interpreter (``interpreter_constexprs``).
 
 All helpers take and return blocks; ``x`` is fp32 unless said otherwise.
 """
@@ -63,6 +66,27 @@ def round_e4m3(y):
     c = from_bits(binade + (20 << 23))
     r = (a + c) - c
     return from_bits(bits(r) | (u & 0x80000000))
+
+
+@triton.jit
+def bf16_value(x, HW: tl.constexpr):
+    """RNE of fp32 ``x`` to bf16, as fp32: the GPU's ``cvt.rn.bf16.f32`` (Triton's fp32 -> bf16
+    cast rounds to nearest even) and an exact widening where ``HW``, else :func:`round_bf16`."""
+    if HW:
+        return x.to(tl.bfloat16).to(tl.float32)
+    else:
+        return round_bf16(x)
+
+
+@triton.jit
+def e4m3(y, HW: tl.constexpr):
+    """``y`` (|y| <= 448) as float8e4nv, rounded to nearest even: the GPU's cast where ``HW`` (on
+    sm_90 ``cvt.rn.satfinite.e4m3x2.f32``, two values per instruction; saturation never triggers
+    in this range), else :func:`round_e4m3` and a cast that has nothing left to round."""
+    if HW:
+        return y.to(tl.float8e4nv)
+    else:
+        return round_e4m3(y).to(tl.float8e4nv)
 
 
 @triton.jit

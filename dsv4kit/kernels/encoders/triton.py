@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv4kit.backends.triton import FromKey, Ptr, Runtime, TritonJitKernel
+from dsv4kit.backends.triton import Const, FromKey, Ptr, Runtime, TritonJitKernel
 from dsv4kit.kernels.encoders.spec import (
     E1,
     E2,
@@ -48,7 +48,7 @@ from dsv4kit.kernels.encoders.spec import (
     StoreRowsPlainBase,
     key_encoder,
 )
-from dsv4kit.kernels.triton_numerics import clog2, e2m1_code, pow2, round_bf16, round_e4m3
+from dsv4kit.kernels.triton_numerics import bf16_value, clog2, e2m1_code, e4m3, pow2, round_bf16, round_e4m3
 
 __all__ = ["StoreRowsDsTriton", "StoreRowsIndexerTriton", "StoreRowsPlainTriton", "encode_store",
            "store_rows_kernel"]
@@ -128,23 +128,23 @@ def encode_store(y, cache_ptr, scale_ptr, slot, kv_bs, page_stride, ENC: tl.cons
 
 @triton.jit
 def _store_tile(y, cache_ptr, inv, slot, live, col, kv_bs, page_stride, ENC: tl.constexpr,
-                PS_ALIGN: tl.constexpr):
+                PS_ALIGN: tl.constexpr, HW: tl.constexpr):
     """Encode the fp32 tile ``y [G, ROWS, W]`` (``y[g, r]``: group ``g``, dims ``col[g]``, of row ``r``)
     and write the rows that are ``live`` at their ``slot`` (``slot``, ``live``: ``[G, ROWS]``, equal
     over g). The bytes of :func:`encode_store` on each row. A group is E1-E3's 64-block (W 64), E5's
     32-block (W 32) or a quarter of E4's row (W 32), so a block maximum is one ``axis=2`` max (E4:
-    then the in-thread ``axis=0`` one)."""
+    then the in-thread ``axis=0`` one). ``HW``: the bf16 and e4m3 roundings by the GPU's casts."""
     blk = tl.arange(0, y.shape[0])[:, None]
     page_base = (slot // kv_bs) * ((page_stride // PS_ALIGN) * PS_ALIGN)   # page_stride % PS_ALIGN == 0
     entry = slot % kv_bs
     f8 = cache_ptr.to(tl.pointer_type(tl.float8e4nv), bitcast=True)
     b16 = cache_ptr.to(tl.pointer_type(tl.bfloat16), bitcast=True)
-    z = round_bf16(y)
+    z = bf16_value(y, HW)
     if ENC == _E1:
         e = _q8_exponent(tl.max(tl.abs(z), axis=2))
-        q = round_e4m3(z * pow2(-e)[:, :, None])
+        q = e4m3(z * pow2(-e)[:, :, None], HW)
         tok = page_base + entry * _DS_TOKEN
-        tl.store(f8 + tok[:, :, None] + col, q.to(tl.float8e4nv), mask=(live & (blk < 7))[:, :, None])
+        tl.store(f8 + tok[:, :, None] + col, q, mask=(live & (blk < 7))[:, :, None])
         tl.store(b16 + ((tok + 448) // 2)[:, :, None] + (col - 448), z.to(tl.bfloat16),
                  mask=(live & (blk == 7))[:, :, None])
         sb = tl.where(blk < 7, e + 127, 0).to(tl.uint8)
@@ -155,11 +155,11 @@ def _store_tile(y, cache_ptr, inv, slot, live, col, kv_bs, page_stride, ENC: tl.
     elif ENC == _E3:
         v = tl.minimum(tl.maximum(z * inv, -448.0), 448.0)
         tl.store(f8 + (page_base + entry * (64 * y.shape[0]))[:, :, None] + col,
-                 round_e4m3(v).to(tl.float8e4nv), mask=live[:, :, None])
+                 e4m3(v, HW), mask=live[:, :, None])
     elif ENC == _E4:
         e = _q8_exponent(tl.max(tl.max(tl.abs(z), axis=2), axis=0))
-        q = round_e4m3(z * pow2(-e)[None, :, None])
-        tl.store(f8 + (page_base + entry * _IDX_FP8_TOKEN)[:, :, None] + col, q.to(tl.float8e4nv),
+        q = e4m3(z * pow2(-e)[None, :, None], HW)
+        tl.store(f8 + (page_base + entry * _IDX_FP8_TOKEN)[:, :, None] + col, q,
                  mask=live[:, :, None])
         f32 = cache_ptr.to(tl.pointer_type(tl.float32), bitcast=True)
         at = tl.max((page_base + kv_bs * _IDX_FP8_TOKEN + entry * 4) // 4, axis=0)   # equal over g
@@ -206,6 +206,7 @@ def store_rows_kernel(
     SUB: tl.constexpr,   # tiles per program (1 or 2), all loaded before the first store
     G: tl.constexpr,     # groups per row
     W: tl.constexpr,     # dims per group
+    HW_CVT: tl.constexpr = True,   # bf16 / e4m3 rounding by the GPU's casts (False: the interpreter)
 ):
     t0 = tl.program_id(0).to(tl.int64) * (ROWS * SUB)
     y, slot, live, col = _load_tile(rows_ptr, slot_ptr, t0, T, ROWS, G, W)
@@ -218,13 +219,13 @@ def store_rows_kernel(
         # Indexer pages are multiples of 4 bytes (host-checked); of 16 (kv_bs % 4 == 0, production)
         # the entries are 16-byte aligned: wide stores, and a layout of one row per 8 lanes.
         if page_stride % 16 == 0:
-            _store_tile(y, cache_ptr, inv, slot, live, col, kv_bs, page_stride, ENC, 16)
+            _store_tile(y, cache_ptr, inv, slot, live, col, kv_bs, page_stride, ENC, 16, HW_CVT)
         else:
-            _store_tile(y, cache_ptr, inv, slot, live, col, kv_bs, page_stride, ENC, 4)
+            _store_tile(y, cache_ptr, inv, slot, live, col, kv_bs, page_stride, ENC, 4, HW_CVT)
     else:
-        _store_tile(y, cache_ptr, inv, slot, live, col, kv_bs, page_stride, ENC, 16)
+        _store_tile(y, cache_ptr, inv, slot, live, col, kv_bs, page_stride, ENC, 16, HW_CVT)
         if SUB == 2:
-            _store_tile(y1, cache_ptr, inv, slot1, live1, col1, kv_bs, page_stride, ENC, 16)
+            _store_tile(y1, cache_ptr, inv, slot1, live1, col1, kv_bs, page_stride, ENC, 16, HW_CVT)
 
 
 def _groups(key: Any) -> tuple[int, int]:
@@ -264,10 +265,15 @@ class _StoreRowsTriton:
         "SUB": FromKey(lambda key: tile_rows(key)[1]),
         "G": FromKey(lambda key: _groups(key)[0]),
         "W": FromKey(lambda key: _groups(key)[1]),
+        "HW_CVT": Const(True),
     }
 
     def launch_options(self, key: Any) -> dict[str, Any]:
         return {"num_warps": 4}
+
+    def interpreter_constexprs(self, key: Any) -> dict[str, Any]:
+        # The interpreter truncates fp32 -> bf16 and can drop an fp32 -> fp8 carry: integer recipes.
+        return {"HW_CVT": False}
 
     def grid(self, key: Any, args: Mapping[str, Any]) -> tuple[int, ...]:
         return (triton.cdiv(args["T"], rows_per_program(key)),)
