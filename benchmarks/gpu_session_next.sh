@@ -19,12 +19,14 @@
 #     bash benchmarks/gpu_session_next.sh final4 OUT_DIR    # issue 16: C4 again after its decode/prefill split moved
 #     bash benchmarks/gpu_session_next.sh next OUT_DIR      # issue 16: rowquant and K3 after their load changes, host
 #     bash benchmarks/gpu_session_next.sh next2 OUT_DIR     # issue 16: the C4 sweep, counters of rowquant / K3 / C4
+#     bash benchmarks/gpu_session_next.sh hw1 OUT_DIR       # issue 16: store hooks' hardware casts, launch plans, host
+#     bash benchmarks/gpu_session_next.sh hw2 OUT_DIR       # issue 16: the store-hook sweep, the K3 launch shapes
 # Before the store phase, on the CPU machine: bash benchmarks/prepare_gpu_store.sh, then carry
 # .carry-store with the call. CuTeDSL first (../shared/device/README.md: two calls). Each step
 # has its own time limit and log; one that fails or times out does not stop the others.
 # Everything ends up in OUT_DIR/records.tar.gz and OUT_DIR/session.log.
 set -u
-usage="usage: gpu_session_next.sh pipeline|store|finish|bench1|bench2|bench3|verify|verify2|bench4|ncu|verify3|bench5|c4|final1|final2|final3|final4|next|next2|next-triton OUT_DIR"
+usage="usage: gpu_session_next.sh pipeline|store|finish|bench1|bench2|bench3|verify|verify2|bench4|ncu|verify3|bench5|c4|final1|final2|final3|final4|next|next2|hw1|hw2|next-triton OUT_DIR"
 source "$(dirname "$0")/gpu_session_lib.sh"
 session_begin "$usage" "$@"
 host_step() {  # issue 16's host-overhead table, real launches
@@ -137,6 +139,13 @@ next2)  # the C4 sweep (its docstring changed: a fresh kernel-source hash), then
     bench_step c4_compress 210
     step ncu 320 python3 benchmarks/ncu_profile.py --out "$work/ncu_h200" --timeout 310 \
         --families "${NCU_FAMILIES:-rowquant,dequant_gather,c4_compress}" ;;
+hw1)  # the Triton store hooks round by the GPU's casts: every byte first; the direct C launch
+    step encoders_check 170 python3 benchmarks/encoders_gpu_check.py --out "$work/encoders_h200" --cases-per-encoder 48
+    step launch_plans 80 python3 benchmarks/launch_plans_gpu_check.py --out "$work/launch_plans_h200"
+    host_step ;;
+hw2)  # the store-hook sweep, then the K3 Triton launch shapes at the largest size
+    bench_step store_rows 150
+    step k3_tuning 250 python3 benchmarks/k3_tuning.py --out "$work/k3_tuning_h200" ;;
 next-triton)  # the same without the CuTeDSL bundle (Triton rows only; a short device budget)
     step rowquant_check 60 python3 benchmarks/verify_backends.py --triton-only --commit "${DSV4KIT_COMMIT:-unknown}" --out "$work/backends_h200"
     step k3_check 90 python3 benchmarks/dequant_gather_gpu_check.py --out "$work/dequant_gather_h200" --cases 60

@@ -1,5 +1,5 @@
-"""``benchmarks/ncu_profile.py`` and ``c4_tuning.py`` off the GPU: ncu's raw CSV parsed, labelled in
-launch order and tabled; no GPU means exit 2 for both (they run only on the H200)."""
+"""``benchmarks/ncu_profile.py``, ``c4_tuning.py`` and ``k3_tuning.py`` off the GPU: ncu's raw CSV
+parsed, labelled in launch order and tabled; no GPU means exit 2 for each (they run only on the H200)."""
 
 from __future__ import annotations
 
@@ -51,9 +51,10 @@ def test_no_gpu_exits_2(tmp_path, monkeypatch, capsys) -> None:
     assert "needs a CUDA device" in capsys.readouterr().err
 
 
-def test_c4_tuning_without_a_gpu_exits_2(tmp_path, monkeypatch, capsys) -> None:
-    """``benchmarks/c4_tuning.py`` (the C4 grid sweep) says it needs a GPU instead of failing deep inside."""
-    tuning = load_benchmark("c4_tuning")
-    monkeypatch.setattr("sys.argv", ["c4_tuning.py", "--out", str(tmp_path), "--shapes", "8x2048"])
+@pytest.mark.parametrize("script, shape", [("c4_tuning", "8x2048"), ("k3_tuning", "8x4x32")])
+def test_tuning_without_a_gpu_exits_2(tmp_path, monkeypatch, capsys, script, shape) -> None:
+    """The grid sweeps (C4, K3) say they need a GPU instead of failing deep inside."""
+    tuning = load_benchmark(script)
+    monkeypatch.setattr("sys.argv", [f"{script}.py", "--out", str(tmp_path), "--shapes", shape])
     assert tuning.main() == 2
     assert "needs a CUDA device" in capsys.readouterr().err and not any(tmp_path.iterdir())
