@@ -145,7 +145,7 @@ hw1)  # the Triton store hooks round by the GPU's casts: every byte first; the d
     host_step ;;
 hw2)  # the store-hook sweep, then the K3 Triton launch shapes at the largest size
     bench_step store_rows 150
-    step k3_tuning 250 python3 benchmarks/k3_tuning.py --out "$work/k3_tuning_h200" ;;
+    step k3_tuning 250 python3 benchmarks/shape_tuning.py k3 --out "$work/shape_tuning_h200" ;;
 next-triton)  # the same without the CuTeDSL bundle (Triton rows only; a short device budget)
     step rowquant_check 60 python3 benchmarks/verify_backends.py --triton-only --commit "${DSV4KIT_COMMIT:-unknown}" --out "$work/backends_h200"
     step k3_check 90 python3 benchmarks/dequant_gather_gpu_check.py --out "$work/dequant_gather_h200" --cases 60

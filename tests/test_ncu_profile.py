@@ -1,4 +1,4 @@
-"""``benchmarks/ncu_profile.py``, ``c4_tuning.py`` and ``k3_tuning.py`` off the GPU: ncu's raw CSV
+"""``benchmarks/ncu_profile.py``, ``c4_tuning.py`` and ``shape_tuning.py`` off the GPU: ncu's raw CSV
 parsed, labelled in launch order and tabled; no GPU means exit 2 for each (they run only on the H200)."""
 
 from __future__ import annotations
@@ -51,10 +51,11 @@ def test_no_gpu_exits_2(tmp_path, monkeypatch, capsys) -> None:
     assert "needs a CUDA device" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("script, shape", [("c4_tuning", "8x2048"), ("k3_tuning", "8x4x32")])
-def test_tuning_without_a_gpu_exits_2(tmp_path, monkeypatch, capsys, script, shape) -> None:
-    """The grid sweeps (C4, K3) say they need a GPU instead of failing deep inside."""
+@pytest.mark.parametrize("script, args", [("c4_tuning", ["--shapes", "8x2048"]), ("shape_tuning", ["k3"]),
+                                          ("shape_tuning", ["store", "--shapes", "E1:2x2x4"])])
+def test_tuning_without_a_gpu_exits_2(tmp_path, monkeypatch, capsys, script, args) -> None:
+    """The grid and shape sweeps say they need a GPU instead of failing deep inside."""
     tuning = load_benchmark(script)
-    monkeypatch.setattr("sys.argv", [f"{script}.py", "--out", str(tmp_path), "--shapes", shape])
+    monkeypatch.setattr("sys.argv", [f"{script}.py", *args, "--out", str(tmp_path)])
     assert tuning.main() == 2
     assert "needs a CUDA device" in capsys.readouterr().err and not any(tmp_path.iterdir())

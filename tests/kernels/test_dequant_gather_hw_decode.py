@@ -70,7 +70,9 @@ def test_sass_uses_the_hardware_e4m3_conversion(compiled) -> None:
     backend, art = compiled
     sass = _sass(art.binary["cubin"])
     pairs = BYTES_PER_THREAD[backend] // 2
-    assert len(re.findall(r"\bF2FP\.F16\.E4M3\.UNPACK_B\b", sass)) == pairs, backend
+    # Every nope pair, and at most the masked block 7's pairs besides (ptxas may drop those where
+    # a thread's share of block 7 is never stored: Triton's one-warp tile).
+    assert pairs * 7 // 8 <= len(re.findall(r"\bF2FP\.F16\.E4M3\.UNPACK_B\b", sass)) <= pairs, backend
     assert not re.search(r"\bI2F\b", sass), backend
 
 

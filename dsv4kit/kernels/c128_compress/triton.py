@@ -51,8 +51,9 @@ K8b E2 / E3), the very routine the store hooks run. Measured: 2.4-4.4 us for eve
 
 Numerics: launched with FMA contraction off (every product and sum rounds separately); exp is the
 backend's ``tl.exp``; results follow the FP32 rule (K7) and the compressor rule (K8); the encode
-step is bit-exact given y. Every rounding to bf16 / e4m3 is explicit (the encoders'), so the
-interpreter writes the GPU's bytes.
+step is bit-exact given y. K8 rounds bf16 / e4m3 by the GPU's casts (``HW_CVT``: fewer
+instructions per element, the same bits); under the interpreter, which truncates those casts, by
+the encoders' integer recipes (``interpreter_constexprs``), so it writes the GPU's bytes.
 
 Compile-time vs runtime: K7's key is fixed, so one compile; T, ``tpp``, the path, the block stride
 and the block-table stride are runtime. K8a's page geometry (kv_bs, page stride) is compile-time (key fields
@@ -311,7 +312,7 @@ class C128CompressTriton(C128CompressBase, TritonJitKernel["C128CompressBase.Com
 @triton.jit
 def _store_block(
     ckv_ptr, pos_ptr, slot_ptr, kv_slot_ptr, nw_ptr, cs_ptr, cache_ptr, scale_ptr, n_tok, tpp, eps,
-    kv_bs, page_stride, ENC: tl.constexpr, SCAN: tl.constexpr,
+    kv_bs, page_stride, ENC: tl.constexpr, SCAN: tl.constexpr, HW: tl.constexpr,
 ):
     """Norm, rotate, encode and store every live boundary token of block b (program b)."""
     first = tl.program_id(0).to(tl.int64) * tpp
@@ -334,7 +335,7 @@ def _store_block(
         kv_slot = tl.sum(tl.where(sel, kv_slots, 0), axis=0)
         c = tl.load(ckv_ptr + t * _HEAD + d)
         y = norm_rope(c, nw_ptr, cs_ptr, (pt // 128) * 128, eps, _HEAD)
-        encode_store(y, cache_ptr, scale_ptr, kv_slot, kv_bs, page_stride, ENC, _HEAD // 64)
+        encode_store(y, cache_ptr, scale_ptr, kv_slot, kv_bs, page_stride, ENC, _HEAD // 64, HW)
 
 
 _STORE_UNALIGNED = ["ckv_ptr", "pos_ptr", "slot_ptr", "kv_slot_ptr", "nw_ptr", "cs_ptr", "scale_ptr"]
@@ -357,9 +358,10 @@ def c128_store_ds_kernel(
     PAGE_STRIDE: tl.constexpr,  # k_cache.stride(0) in bytes (key, trap 4)
     ENC: tl.constexpr,
     SCAN: tl.constexpr,
+    HW_CVT: tl.constexpr = True,  # bf16 / e4m3 rounding by the GPU's casts (False: the interpreter)
 ):
     _store_block(ckv_ptr, pos_ptr, slot_ptr, kv_slot_ptr, nw_ptr, cs_ptr, cache_ptr, scale_ptr, n_tok, tpp,
-                 eps, KV_BS, PAGE_STRIDE, ENC, SCAN)
+                 eps, KV_BS, PAGE_STRIDE, ENC, SCAN, HW_CVT)
 
 
 @triton.jit(
@@ -382,9 +384,10 @@ def c128_store_plain_kernel(
     page_stride: tl.int64,  # bytes, a multiple of 16 (host-checked)
     ENC: tl.constexpr,
     SCAN: tl.constexpr,
+    HW_CVT: tl.constexpr = True,  # bf16 / e4m3 rounding by the GPU's casts (False: the interpreter)
 ):
     _store_block(ckv_ptr, pos_ptr, slot_ptr, kv_slot_ptr, nw_ptr, cs_ptr, cache_ptr, scale_ptr, n_tok, tpp,
-                 eps, kv_bs, page_stride, ENC, SCAN)
+                 eps, kv_bs, page_stride, ENC, SCAN, HW_CVT)
 
 
 _STORE_PARAMS = {
@@ -401,6 +404,7 @@ _STORE_PARAMS = {
     "eps": Runtime(),
     "ENC": FromKey(key_encoder),
     "SCAN": Const(SCAN),
+    "HW_CVT": Const(True),
 }
 
 
@@ -409,6 +413,10 @@ class _C128StoreTriton:
 
     def launch_options(self, key: Any) -> dict[str, Any]:
         return {"num_warps": 4}
+
+    def interpreter_constexprs(self, key: Any) -> dict[str, Any]:
+        # The interpreter truncates fp32 -> bf16 and can drop an fp32 -> fp8 carry: integer recipes.
+        return {"HW_CVT": False}
 
     def tokens_per_program(self, t: int) -> int:
         """``tpp`` for T tokens: the GPU's rule, or SCAN under the interpreter (fewer programs)."""

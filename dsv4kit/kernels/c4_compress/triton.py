@@ -22,7 +22,9 @@ the backend's (``tl.exp``); the softmax sums run in row order and the pooled val
 ``(sum_j e_j k_j) / S`` (one IEEE division per column, where the reference divides each weight),
 and the norm's sum is the tile reduction's, so results follow the compressor rule of §2.12, not
 bit-exactness (equal to the reference on almost every element). The encode step is bit-exact
-given y.
+given y. bf16 / e4m3 round by the GPU's casts (``HW_CVT``: fewer instructions per element, the
+same bits); under the interpreter, which truncates those casts, by the integer recipes of
+:mod:`~dsv4kit.kernels.triton_numerics` (``interpreter_constexprs``).
 
 Every stride, T, the state block size, kv_bs and the page stride are runtime values.
 """
@@ -36,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv4kit.backends.triton import FromKey, Ptr, Runtime, TritonJitKernel
+from dsv4kit.backends.triton import Const, FromKey, Ptr, Runtime, TritonJitKernel
 from dsv4kit.kernels.c4_compress.spec import (
     C4CompressDsMlaBase,
     C4CompressPlainBase,
@@ -165,7 +167,7 @@ def norm_rope_apply(c, w, cos, sin, eps, D: tl.constexpr):
 @triton.jit
 def _compress_chunks(state_ptr, req_ptr, pos_ptr, slot_ptr, bt_ptr, nw_ptr, cs_ptr, kv_slot_ptr, cache_ptr,
                      scale_ptr, sbs, block_stride, bt_stride, eps, kv_bs, page_stride, T, chunk,
-                     ALIGNED: tl.constexpr, D: tl.constexpr, ENC: tl.constexpr):
+                     ALIGNED: tl.constexpr, D: tl.constexpr, ENC: tl.constexpr, HW: tl.constexpr):
     """Every chunk of ``chunk`` tokens with index = program id (mod the grid): see the module docstring."""
     R: tl.constexpr = 4 * D   # elements per state row
     lane = tl.arange(0, _MAX_CHUNK)
@@ -199,7 +201,7 @@ def _compress_chunks(state_ptr, req_ptr, pos_ptr, slot_ptr, bt_ptr, nw_ptr, cs_p
                 cr = pool_window(state_ptr, bt_ptr, req, p, sbs, block_stride, bt_stride, a0, b0, ALIGNED, D)
                 y = norm_rope_apply(cr, w, cos, sin, eps, D)
                 encode_store(y, cache_ptr, scale_ptr, tl.sum(tl.where(pick, kvv, 0), axis=0), kv_bs,
-                             page_stride, ENC, D // 64)
+                             page_stride, ENC, D // 64, HW)
         c += tl.num_programs(0)
 
 
@@ -237,17 +239,18 @@ def c4_compress_kernel(
     chunk: tl.int32,  # tokens per chunk (launch_shape), <= MAX_TOKENS_PER_CHUNK
     D: tl.constexpr,
     ENC: tl.constexpr,
+    HW_CVT: tl.constexpr = True,  # bf16 / e4m3 rounding by the GPU's casts (False: the interpreter)
 ):
     if block_stride % 4 == 0:
         # The usual state cache: written so, every row offset is provably 16-byte aligned (a fact
         # checked here, not an assumption) and the row loads are 16-byte vectors.
         _compress_chunks(state_ptr, req_ptr, pos_ptr, slot_ptr, bt_ptr, nw_ptr, cs_ptr, kv_slot_ptr,
                          cache_ptr, scale_ptr, sbs, (block_stride // 4) * 4, bt_stride, eps, kv_bs,
-                         page_stride, T, chunk, True, D, ENC)
+                         page_stride, T, chunk, True, D, ENC, HW_CVT)
     else:
         _compress_chunks(state_ptr, req_ptr, pos_ptr, slot_ptr, bt_ptr, nw_ptr, cs_ptr, kv_slot_ptr,
                          cache_ptr, scale_ptr, sbs, block_stride, bt_stride, eps, kv_bs, page_stride, T,
-                         chunk, False, D, ENC)
+                         chunk, False, D, ENC, HW_CVT)
 
 
 # Below SHARE_FROM_TOKENS tokens every token is its own chunk and program (decode: the latency of
@@ -293,6 +296,7 @@ class _C4CompressTriton:
         "chunk": Runtime(),
         "D": FromKey("head_size"),
         "ENC": FromKey(key_encoder),
+        "HW_CVT": Const(True),
     }
 
     def launch_options(self, key: Any) -> dict[str, Any]:
@@ -301,6 +305,10 @@ class _C4CompressTriton:
         if MAX_REGISTERS is not None:
             opts["maxnreg"] = MAX_REGISTERS
         return opts
+
+    def interpreter_constexprs(self, key: Any) -> dict[str, Any]:
+        # The interpreter truncates fp32 -> bf16 and can drop an fp32 -> fp8 carry: integer recipes.
+        return {"HW_CVT": False}
 
     def grid(self, key: Any, args: Mapping[str, Any]) -> tuple[int, ...]:
         return (launch_shape(args["T"])[1],)

@@ -41,9 +41,13 @@ from dsv4kit.kernels.triton_numerics import bits, from_bits
 
 __all__ = ["DequantGatherTriton", "dequant_gather_kernel"]
 
-#: Rows per tile and warps per program on the GPU (the launch configuration of every key).
-ROWS = 8
-NUM_WARPS = 4
+#: Rows per tile and warps per program on the GPU (the launch configuration of every key). One
+#: warp, one 4-row tile per program (``gpu_rows_per_program``): the kernel waits on memory (long
+#: scoreboard 75-79 % of warp cycles), and many small programs keep more of it in flight than a
+#: few that loop; on the H200 at 1 M rows 92-94 % of the copy against 87-89 % with 4 warps and
+#: 4 tiles of 8 rows (``benchmarks/results/shape_tuning_h200/``).
+ROWS = 4
+NUM_WARPS = 1
 
 NOPE: tl.constexpr = tl.constexpr(448)
 TOKEN_BYTES: tl.constexpr = tl.constexpr(576)
@@ -150,7 +154,7 @@ class DequantGatherTriton(DequantGatherBase, TritonJitKernel["DequantGatherBase.
     }
 
     #: Output rows one GPU program covers (``ROWS``-row tiles); a runtime value, so no recompile.
-    gpu_rows_per_program: int = 4 * ROWS
+    gpu_rows_per_program: int = ROWS
 
     def launch_options(self, key: DequantGatherBase.CompileKey) -> dict[str, Any]:
         return {"num_warps": NUM_WARPS}

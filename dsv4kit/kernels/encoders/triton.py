@@ -10,8 +10,10 @@ the tile's rows and E4's one block is the whole tile. ``ENC`` (a constexpr encod
 Addresses are bytes from the cache's first page (:func:`~dsv4kit.kernels.encoders.spec.
 cache_operands`): entry ``slot % kv_bs`` of page ``slot // kv_bs`` at ``page * page_stride``;
 typed stores go through bit-cast pointers (bf16 rope dims at even offsets, fp32 indexer scales
-at multiples of 4: the host checked the page strides). Every rounding is explicit
-(:mod:`dsv4kit.kernels.triton_numerics`): each cast receives a value it represents exactly, so
+at multiples of 4: the host checked the page strides). On the GPU bf16 and e4m3 round by the
+hardware casts (``HW_CVT`` / ``HW``: 0.5-1 instruction per element against 4-8 for the recipes);
+under the interpreter, which truncates those casts, by the integer recipes of
+:mod:`dsv4kit.kernels.triton_numerics`, whose casts then receive values they represent exactly:
 the CPU interpreter writes the GPU's bytes. The reciprocal of ``fp8_scale`` (E3) is ``div_rn``:
 a plain ``/`` is not correctly rounded on the GPU.
 
@@ -48,7 +50,7 @@ from dsv4kit.kernels.encoders.spec import (
     StoreRowsPlainBase,
     key_encoder,
 )
-from dsv4kit.kernels.triton_numerics import bf16_value, clog2, e2m1_code, e4m3, pow2, round_bf16, round_e4m3
+from dsv4kit.kernels.triton_numerics import bf16_value, clog2, e2m1_code, e4m3, pow2
 
 __all__ = ["StoreRowsDsTriton", "StoreRowsIndexerTriton", "StoreRowsPlainTriton", "encode_store",
            "store_rows_kernel"]
@@ -75,8 +77,10 @@ def _mx_exponent(amax):
 
 
 @triton.jit
-def encode_store(y, cache_ptr, scale_ptr, slot, kv_bs, page_stride, ENC: tl.constexpr, NB: tl.constexpr):
-    """Encode the fp32 row ``y [NB, 64]`` with encoder ``ENC`` and write it at ``slot`` (>= 0)."""
+def encode_store(y, cache_ptr, scale_ptr, slot, kv_bs, page_stride, ENC: tl.constexpr, NB: tl.constexpr,
+                 HW: tl.constexpr):
+    """Encode the fp32 row ``y [NB, 64]`` with encoder ``ENC`` and write it at ``slot`` (>= 0).
+    ``HW``: the bf16 and e4m3 roundings by the GPU's casts (False: the integer recipes)."""
     blk = tl.arange(0, NB)[:, None]
     d = blk * 64 + tl.arange(0, 64)[None, :]
     # Page strides are multiples of 16 bytes (fp8_ds_mla: of 576; plain rows: of 16 elements) or,
@@ -90,33 +94,33 @@ def encode_store(y, cache_ptr, scale_ptr, slot, kv_bs, page_stride, ENC: tl.cons
     b16 = cache_ptr.to(tl.pointer_type(tl.bfloat16), bitcast=True)
     if ENC == _E1:
         # 448 e4m3 | 64 bf16 rope | (scale region) 7 ue8m0 + pad 0. Block 7 is the rope block.
-        z = round_bf16(y)
+        z = bf16_value(y, HW)
         e = _q8_exponent(tl.max(tl.abs(z), axis=1))
-        q = round_e4m3(z * pow2(-e)[:, None])
+        q = e4m3(z * pow2(-e)[:, None], HW)
         tok = page_base + entry * _DS_TOKEN
-        tl.store(f8 + tok + d, q.to(tl.float8e4nv), mask=blk < 7)
+        tl.store(f8 + tok + d, q, mask=blk < 7)
         tl.store(b16 + (tok + 448) // 2 + (d - 448), z.to(tl.bfloat16), mask=blk == 7)
         i = tl.arange(0, NB)
         sb = tl.where(i < 7, e + 127, 0).to(tl.uint8)
         tl.store(cache_ptr + page_base + kv_bs * _DS_TOKEN + entry * _DS_SCALES + i, sb)
     elif ENC == _E2:
-        tl.store(b16 + (page_base + entry * (2 * 64 * NB)) // 2 + d, round_bf16(y).to(tl.bfloat16))
+        tl.store(b16 + (page_base + entry * (2 * 64 * NB)) // 2 + d, bf16_value(y, HW).to(tl.bfloat16))
     elif ENC == _E3:
         inv = tl.div_rn(1.0, tl.load(scale_ptr))
-        v = tl.minimum(tl.maximum(round_bf16(y) * inv, -448.0), 448.0)
-        tl.store(f8 + page_base + entry * (64 * NB) + d, round_e4m3(v).to(tl.float8e4nv))
+        v = tl.minimum(tl.maximum(bf16_value(y, HW) * inv, -448.0), 448.0)
+        tl.store(f8 + page_base + entry * (64 * NB) + d, e4m3(v, HW))
     elif ENC == _E4:
         # 128 e4m3 | (scale region) the fp32 value 2^e.
-        z = round_bf16(y)
+        z = bf16_value(y, HW)
         e = _q8_exponent(tl.max(tl.max(tl.abs(z), axis=1), axis=0))
-        q = round_e4m3(z * pow2(-e))
-        tl.store(f8 + page_base + entry * _IDX_FP8_TOKEN + d, q.to(tl.float8e4nv))
+        q = e4m3(z * pow2(-e), HW)
+        tl.store(f8 + page_base + entry * _IDX_FP8_TOKEN + d, q)
         f32 = cache_ptr.to(tl.pointer_type(tl.float32), bitcast=True)
         tl.store(f32 + (page_base + kv_bs * _IDX_FP8_TOKEN + entry * 4) // 4, pow2(e))
     else:
         tl.static_assert(ENC == _E5)
         # 64 packed E2M1 bytes (even dim in the low nibble) | (scale region) 4 ue8m0 bytes.
-        z = tl.reshape(round_bf16(y), (2 * NB, 32))
+        z = tl.reshape(bf16_value(y, HW), (2 * NB, 32))
         e = _mx_exponent(tl.max(tl.abs(z), axis=1))
         codes = e2m1_code(z * pow2(-e)[:, None])
         lo, hi = tl.split(tl.reshape(codes, (64 * NB // 2, 2)))
