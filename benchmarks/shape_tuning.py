@@ -94,6 +94,8 @@ def _store(shape: str) -> Iterator[None]:
     name, dims = shape.split(":")
     which = getattr(spec, name)
     rows, sub, warps = (int(v) for v in dims.split("x"))
+    if sub != 1 and which in (spec.E4, spec.E5):
+        raise SystemExit(f"{shape}: the E4 / E5 branch of store_rows_kernel stores one tile per program")
     tile_rows, options = enc.tile_rows, enc._StoreRowsTriton.launch_options
 
     def tile(key: Any) -> tuple[int, int]:
@@ -127,9 +129,9 @@ TARGETS: dict[str, Target] = {
                  _k3, _k3_default),
     "k3-cute": Target("dequant_gather", "cutedsl", "1048576", "32,16,8,64", _k3_cute, _k3_cute_default),
     "store": Target("store_rows", "triton", "65536",
-                    "E1:2x2x4,E1:2x1x2,E1:2x2x2,E1:1x2x1,E1:2x1x1,E1:4x2x4,"
-                    "E4:16x1x4,E4:8x1x2,E4:4x1x1,E4:16x2x4,E5:16x1x4,E5:8x1x2,E5:4x1x1",
-                    _store, _store_default),
+                    "E1:2x2x4,E1:2x1x2,E1:2x2x2,E1:1x2x1,E1:2x1x1,E1:1x1x1,E1:4x1x4,E1:4x2x8,"
+                    "E4:16x1x4,E4:8x1x2,E4:4x1x1,E4:32x1x4,E4:8x1x1,"
+                    "E5:16x1x4,E5:8x1x2,E5:4x1x1,E5:32x1x4,E5:8x1x1", _store, _store_default),
 }
 
 
