@@ -164,7 +164,8 @@ def main() -> int:
                 res = run_sweep([plan], backends=(t.backend,), sizes=sizes, reference=False, rep_ms=a.rep_ms,
                                 log=lambda m, s=shape: print(f"{s}: {m}", flush=True))
             result["provenance"] = res.provenance
-            result["runs"][shape] = [dataclasses.asdict(r) for r in res.rows]
+            name = shape if shape not in result["runs"] else f"{shape} #{len(result['runs'])}"  # a repeat
+            result["runs"][name] = [dataclasses.asdict(r) for r in res.rows]
     for fam in plan.families:        # no kernel of a tuned shape outlives the sweep
         family(fam)._kernels.clear()
     a.out.mkdir(parents=True, exist_ok=True)

@@ -19,12 +19,13 @@ a plain ``/`` is not correctly rounded on the GPU.
 
 Store-hook mapping (:func:`store_rows_kernel`, :func:`_store_tile`, the same bytes as
 :func:`encode_store`): 4 warps, ``ROWS * SUB`` consecutive rows per program (:func:`tile_rows`: E1 / E2
-two tiles of 2 rows, E3 one of 4, E4 / E5 one of 16: 8 KB of rows each), grid ``cdiv(T, ROWS * SUB)``.
+two tiles of 2 rows, E3 one of 4: 8 KB of rows each; E4 one of 64, E5 one of 32: 32 / 16 KB),
+grid ``cdiv(T, ROWS * SUB)``.
 A tile is ``[G, ROWS, W]`` (E1-E3: the 8 64-blocks, E5: the 4 32-blocks, E4: the row in 4 quarters),
 every block maximum one reduction over the W lanes and registers of a group. Triton picks the
 thread layout from the widest store (16 bytes): E3 / E4 / E5 (E4 / E5: pages a multiple of 16
-bytes, else a 4-byte-store branch) hold 16 consecutive fp32 of one row per thread (4 x 16-byte
-loads), E1 / E2 8 of each of two rows. A row whose slot is < 0 (or beyond T) is not loaded and
+bytes, else a 4-byte-store branch) hold 16 consecutive fp32 of a row per thread (4 x 16-byte
+loads; E3 one row, E4 / E5 4 and 2 rows of the tile), E1 / E2 8 of each of two rows. A row whose slot is < 0 (or beyond T) is not loaded and
 nothing of it is stored; all tiles are loaded before the first store.
 """
 
@@ -239,12 +240,14 @@ def _groups(key: Any) -> tuple[int, int]:
 
 
 def tile_rows(key: Any) -> tuple[int, int]:
-    """(rows per tile, tiles per program): 8 KB of rows in flight per program of 4 warps. E1 / E2
-    write bf16, at most 8 per thread and store (16 bytes), so their tiles are 2 rows and the loads
-    take that layout too (a 4-row tile would go through shared memory); E3 / E4 / E5 keep 16 fp32
-    of one row per thread."""
+    """(rows per tile, tiles per program). E1 / E2 write bf16, at most 8 per thread and store (16
+    bytes), so their tiles are 2 rows and the loads take that layout too (a 4-row tile would go
+    through shared memory); E3 / E4 / E5 keep 16 fp32 of one row per thread. E1-E3: 8 KB of rows per
+    program of 4 warps. E4 / E5 rows are 512 bytes: with 16 per program (8 KB) they reached 68 / 44 %
+    of the copy on the H200, with 64 / 32 (each thread's rows all loaded before the first amax)
+    92 / 58 % (``benchmarks/results/shape_tuning_h200/``; E1 gained nothing from any shape)."""
     enc = key_encoder(key)
-    return (2, 2) if enc in (E1, E2) else (4, 1) if enc == E3 else (16, 1)
+    return (2, 2) if enc in (E1, E2) else (4, 1) if enc == E3 else (64, 1) if enc == E4 else (32, 1)
 
 
 def rows_per_program(key: Any) -> int:
