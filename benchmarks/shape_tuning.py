@@ -4,6 +4,7 @@
     python3 benchmarks/shape_tuning.py k3 --out DIR [--shapes 8x4x32,4x1x4,...] [--sizes 1048576]
     python3 benchmarks/shape_tuning.py k3-cute --out DIR [--shapes 8,16,32]
     python3 benchmarks/shape_tuning.py store --out DIR [--shapes E1:2x2x4,E4:16x1x4,...] [--sizes 65536]
+    python3 benchmarks/shape_tuning.py store-cute --out DIR [--shapes idx:4,idx:8,ds:2,...]
 
 Targets (:data:`TARGETS`):
 
@@ -13,6 +14,8 @@ Targets (:data:`TARGETS`):
 * ``store``: the Triton store hooks, ``ENC:ROWSxSUBxWARPS`` for one encoder (E1..E5):
   :func:`~dsv4kit.kernels.encoders.triton.tile_rows` (rows per tile, tiles per program) and the
   warps per program; the other encoders keep theirs.
+* ``store-cute``: the CuTeDSL store hooks, ``ds:R`` (head 512: E1-E3) or ``idx:R`` (the indexer's
+  E4 / E5): :func:`~dsv4kit.kernels.encoders.cutedsl.rows_per_warp`, a compile-time constant.
 
 Each shape runs the target's ``dsv4kit bench`` sweep plan at ``--sizes`` (its backend only, no
 reference, launch plans off: a plan keeps its first call's grid) with fresh kernel objects, so the
@@ -122,6 +125,29 @@ def _store_default() -> dict[str, Any]:
         for key in k.get_warmup_keys():
             out[f"E{spec.key_encoder(key)}"] = {"tile_rows": enc.tile_rows(key), **k.launch_options(key)}
     return out
+
+
+@contextlib.contextmanager
+def _store_cute(shape: str) -> Iterator[None]:
+    from dsv4kit.kernels.encoders import cutedsl as enc
+
+    which, r = shape.split(":")
+    saved = enc.rows_per_warp
+
+    def rows_per_warp(nb: int) -> int:
+        return int(r) if (nb > 2) == (which == "ds") else saved(nb)
+
+    enc.rows_per_warp = rows_per_warp
+    try:
+        yield
+    finally:
+        enc.rows_per_warp = saved
+
+
+def _store_cute_default() -> dict[str, Any]:
+    from dsv4kit.kernels.encoders import cutedsl as enc
+
+    return {"rows_per_warp": {"ds": enc.rows_per_warp(8), "idx": enc.rows_per_warp(2)}, "warps": enc.WARPS}
 
 
 TARGETS: dict[str, Target] = {
