@@ -23,6 +23,9 @@ step() {  # step NAME SECONDS CMD...
     local rc=$?
     tail -n 60 "$work/$name.log" >> "$log"
     echo "=== $name: rc=$rc in $((SECONDS - t0))s" | tee -a "$log"
+    # the records so far, so that a call ended by its own time limit still returns them
+    cp "$log" "$work/session.log" 2>/dev/null
+    tar -C "$work" -czf "$out/records.tar.gz" .
 }
 session_end() {
     cp "$log" "$work/session.log" 2>/dev/null

@@ -158,6 +158,8 @@ TARGETS: dict[str, Target] = {
                     "E1:2x2x4,E1:2x1x2,E1:2x2x2,E1:1x2x1,E1:2x1x1,E1:1x1x1,E1:4x1x4,E1:4x2x8,"
                     "E4:16x1x4,E4:8x1x2,E4:4x1x1,E4:32x1x4,E4:8x1x1,"
                     "E5:16x1x4,E5:8x1x2,E5:4x1x1,E5:32x1x4,E5:8x1x1", _store, _store_default),
+    "store-cute": Target("store_rows", "cutedsl", "65536", "idx:4,idx:8,idx:16,idx:2,ds:1,ds:2",
+                         _store_cute, _store_cute_default),
 }
 
 

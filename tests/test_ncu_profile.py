@@ -52,7 +52,8 @@ def test_no_gpu_exits_2(tmp_path, monkeypatch, capsys) -> None:
 
 
 @pytest.mark.parametrize("script, args", [("c4_tuning", ["--shapes", "8x2048"]), ("shape_tuning", ["k3"]),
-                                          ("shape_tuning", ["store", "--shapes", "E1:2x2x4"])])
+                                          ("shape_tuning", ["store", "--shapes", "E1:2x2x4"]),
+                                          ("shape_tuning", ["store-cute"]), ("shape_tuning", ["k3-cute"])])
 def test_tuning_without_a_gpu_exits_2(tmp_path, monkeypatch, capsys, script, args) -> None:
     """The grid and shape sweeps say they need a GPU instead of failing deep inside."""
     tuning = load_benchmark(script)

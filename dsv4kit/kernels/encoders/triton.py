@@ -25,8 +25,9 @@ A tile is ``[G, ROWS, W]`` (E1-E3: the 8 64-blocks, E5: the 4 32-blocks, E4: the
 every block maximum one reduction over the W lanes and registers of a group. Triton picks the
 thread layout from the widest store (16 bytes): E3 / E4 / E5 (E4 / E5: pages a multiple of 16
 bytes, else a 4-byte-store branch) hold 16 consecutive fp32 of a row per thread (4 x 16-byte
-loads; E3 one row, E4 / E5 4 and 2 rows of the tile), E1 / E2 8 of each of two rows. A row whose slot is < 0 (or beyond T) is not loaded and
-nothing of it is stored; all tiles are loaded before the first store.
+loads; E3 one row, E4 / E5 4 and 2 rows of the tile), E1 / E2 8 of each of two rows. A row
+whose slot is < 0 (or beyond T) is not loaded and nothing of it is stored; all tiles are loaded
+before the first store.
 """
 
 from __future__ import annotations

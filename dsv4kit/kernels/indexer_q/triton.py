@@ -7,15 +7,19 @@ CPU interpreter the launcher may pass a larger ``ROWS`` (several whole tokens pe
 positions are then gathered per row): each row's arithmetic is the same, only fewer
 Python-level programs run.
 
-Per row: load 128 bf16 dims, rotate the last 64 (GPT-J pairs, no FMA), round them to bf16
-with integer RNE, quantize. No cast ever has to round (see
-:mod:`dsv4kit.kernels.triton_numerics`), so the interpreter and the GPU write the same bytes.
+Per row: load 128 bf16 dims, rotate the last 64 (GPT-J pairs, no FMA), round them to bf16,
+quantize. Rounding (§2.1): ``HW_CVT`` true (the GPU compile) rounds with the hardware RNE casts
+(``cvt.rn.bf16.f32``, K2 ``cvt.rn.bf16x2.f32``; K1's e4m3 ``cvt.rn.satfinite.e4m3x2.f32``, which
+never saturates: |z 2^-e| <= 448); the CPU interpreter truncates fp32 -> bf16 and can drop an
+fp32 -> fp8 carry, so ``interpreter_constexprs`` sets it false and the integer recipes of
+:mod:`dsv4kit.kernels.triton_numerics` round instead, leaving each cast exact. Both are RNE:
+the same bytes. K2's E2M1 codes need no cast (fp32 arithmetic, :func:`_e2m1_magnitude`).
 K1: inside a program ``nope`` is ``[ROWS, 64]`` (dims 0..63) and the rope half is split into
 even/odd lanes ``[ROWS, 32]`` (dims 64+2i, 65+2i), joined back before stores. K2 reads each
-row as 64 int32 words of two bf16 and keeps all of it as (even, odd) pairs ``[ROWS, 32]``
-(nope: dims 2i, 2i+1; rope: dims 64+2i, 65+2i), which are exactly the nibbles of the output
-bytes, so nothing is joined back. Row indices are int32 within a program; only the two
-row-base pointers are 64-bit.
+row as 64 int32 words of two bf16 and keeps both halves as such words ``[ROWS, 32]`` (nope as
+loaded, rope rotated and packed back by one cvt per pair): word k holds dims (2k, 2k+1), the
+nibbles of output byte k, so nothing is joined back. Row indices are int32 within a program;
+only the two row-base pointers are 64-bit.
 """
 
 from __future__ import annotations
@@ -27,9 +31,9 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv4kit.backends.triton import FromKey, Ptr, Runtime, TritonJitKernel
+from dsv4kit.backends.triton import Const, FromKey, Ptr, Runtime, TritonJitKernel
 from dsv4kit.kernels.indexer_q.spec import IndexerQBase
-from dsv4kit.kernels.triton_numerics import clog2, pow2, round_bf16, round_e4m3
+from dsv4kit.kernels.triton_numerics import bf16_value, bits, clog2, e4m3, from_bits, pow2, round_bf16
 
 __all__ = ["IndexerQFp8Triton", "IndexerQMxfp4Triton"]
 
@@ -52,14 +56,15 @@ def _cos_sin(pos_ptr, cs_ptr, first, r, ok, NUM_HEADS: tl.constexpr, ROWS: tl.co
 
 
 @triton.jit
-def _rope_bf16(x_e, x_o, c, s):
+def _rope_bf16(x_e, x_o, c, s, HW: tl.constexpr):
     """GPT-J rotation of the (even, odd) pairs, each product and sum rounded separately (launched
     with enable_fp_fusion=False), then rounded to bf16 values (§K1: bf16 before the amax)."""
-    return round_bf16(x_e * c - x_o * s), round_bf16(x_o * c + x_e * s)
+    return bf16_value(x_e * c - x_o * s, HW), bf16_value(x_o * c + x_e * s, HW)
 
 
 @triton.jit
-def _load_rotated(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS: tl.constexpr, ROWS: tl.constexpr):
+def _load_rotated(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS: tl.constexpr, ROWS: tl.constexpr,
+                  HW: tl.constexpr):
     """Load rows ``first + r`` (masked by ``ok``); return (nope [R,64], even [R,32], odd [R,32]) fp32.
 
     ``first`` is the program's first row (an int32 scalar), ``r`` = arange(ROWS). The rope lanes
@@ -73,28 +78,37 @@ def _load_rotated(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS: tl.constexpr,
     rope = tl.load(q_row + 64 + tl.arange(0, 64)[None, :], mask=m, other=0.0).to(tl.float32)
     x_e, x_o = tl.split(tl.reshape(rope, (ROWS, 32, 2)))
     c, s = _cos_sin(pos_ptr, cs_ptr, first, r, ok, NUM_HEADS, ROWS)
-    y_e, y_o = _rope_bf16(x_e, x_o, c, s)
+    y_e, y_o = _rope_bf16(x_e, x_o, c, s, HW)
     return nope, y_e, y_o
 
 
 @triton.jit
-def _bf16_pairs(w):
-    """The two bf16 of int32 words ``w`` (low half = even dim) as exact fp32 (even, odd)."""
-    return (w << 16).to(tl.float32, bitcast=True), (w & -65536).to(tl.float32, bitcast=True)
+def _bf16x2_words(lo, hi, HW: tl.constexpr):
+    """int32 words of the RNE bf16 of fp32 ``lo`` (low half) and ``hi`` (high half). A local
+    two-lane :func:`bf16_value`: where ``HW``, one ``cvt.rn.bf16x2.f32`` per word (the hardware
+    RNE, two values an instruction; Triton's cast emits one per value), else :func:`round_bf16`."""
+    if HW:
+        return tl.inline_asm_elementwise("cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,r,r", [lo, hi],
+                                         dtype=tl.int32, is_pure=True, pack=1)
+    else:
+        w = (bits(round_bf16(lo)) >> 16) | (bits(round_bf16(hi)) & 0xFFFF0000)
+        return w.to(tl.int32, bitcast=True)
 
 
 @triton.jit
-def _load_pairs(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS: tl.constexpr, ROWS: tl.constexpr):
-    """Rows ``first + r`` as (even, odd) dim pairs [R, 32] fp32 each: nope (dims 0..63) as loaded,
-    rope (dims 64..127) rotated and rounded to bf16 values. Read as int32 words of two bf16, so
-    the pairs split with two bit operations and no register shuffles."""
+def _load_words(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS: tl.constexpr, ROWS: tl.constexpr,
+                HW: tl.constexpr):
+    """Rows ``first + r`` as int32 words of two bf16 [R, 32] each (low half = even dim): nope
+    (dims 0..63) as loaded, rope (dims 64..127) rotated and rounded to bf16. Word k of a half is
+    dims (2k, 2k+1), the nibbles of output byte k."""
     q_row = q_ptr.to(tl.pointer_type(tl.int32)) + first.to(tl.int64) * 64 + r[:, None] * 64
     m = ok[:, None]
-    n_e, n_o = _bf16_pairs(tl.load(q_row + tl.arange(0, 32)[None, :], mask=m, other=0))
-    x_e, x_o = _bf16_pairs(tl.load(q_row + 32 + tl.arange(0, 32)[None, :], mask=m, other=0))
+    w_nope = tl.load(q_row + tl.arange(0, 32)[None, :], mask=m, other=0)
+    x = tl.load(q_row + 32 + tl.arange(0, 32)[None, :], mask=m, other=0)
+    x_e, x_o = (x << 16).to(tl.float32, bitcast=True), (x & -65536).to(tl.float32, bitcast=True)
     c, s = _cos_sin(pos_ptr, cs_ptr, first, r, ok, NUM_HEADS, ROWS)
-    y_e, y_o = _rope_bf16(x_e, x_o, c, s)
-    return n_e, n_o, y_e, y_o
+    # GPT-J rotation, each product and sum rounded separately (enable_fp_fusion=False).
+    return w_nope, _bf16x2_words(x_e * c - x_o * s, x_o * c + x_e * s, HW)
 
 
 @triton.jit
@@ -120,10 +134,11 @@ def indexer_q_fp8_kernel(
     pos_ptr, q_ptr, cs_ptr, w_ptr, q_out_ptr, w_out_ptr,
     num_rows: tl.int32, softmax_scale: tl.float32, head_scale: tl.float32,
     NUM_HEADS: tl.constexpr, ROWS: tl.constexpr,
+    HW_CVT: tl.constexpr = True,   # bf16 / e4m3 rounding by the GPU's casts (False: the interpreter)
 ):
     """K1: q_out (e4m3fn) and weights_out = w * 2^e * ss * hs, per (token, head)."""
     first, r, ok = _program_rows(num_rows, ROWS)
-    nope, y_e, y_o = _load_rotated(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS, ROWS)
+    nope, y_e, y_o = _load_rotated(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS, ROWS, HW_CVT)
 
     amax = tl.maximum(tl.max(tl.abs(nope), axis=1),
                       tl.maximum(tl.max(tl.abs(y_e), axis=1), tl.max(tl.abs(y_o), axis=1)))
@@ -132,11 +147,10 @@ def indexer_q_fp8_kernel(
 
     base = q_out_ptr + first.to(tl.int64) * 128 + r[:, None] * 128
     m = ok[:, None]
-    # round_e4m3 lands on the e4m3 grid, so the cast to fp8 is exact (also in the interpreter).
-    out_ty = q_out_ptr.dtype.element_ty
-    tl.store(base + tl.arange(0, 64)[None, :], round_e4m3(nope * inv).to(out_ty), mask=m)
-    rope = tl.reshape(tl.join(round_e4m3(y_e * inv), round_e4m3(y_o * inv)), (ROWS, 64))
-    tl.store(base + 64 + tl.arange(0, 64)[None, :], rope.to(out_ty), mask=m)
+    # |z * 2^-e| <= 448 (amax lands in (224, 448]): the RNE cast never saturates.
+    tl.store(base + tl.arange(0, 64)[None, :], e4m3(nope * inv, HW_CVT), mask=m)
+    rope = tl.reshape(tl.join(e4m3(y_e * inv, HW_CVT), e4m3(y_o * inv, HW_CVT)), (ROWS, 64))
+    tl.store(base + 64 + tl.arange(0, 64)[None, :], rope, mask=m)
 
     w = tl.load(w_ptr + first + r, mask=ok, other=0.0).to(tl.float32)
     tl.store(w_out_ptr + first + r, ((w * pow2(e)) * softmax_scale) * head_scale, mask=ok)
@@ -150,40 +164,44 @@ def _mx_block_exp(absmax):
 
 
 @triton.jit
-def _e2m1_mag_sign(v):
-    """E2M1 code of ``v`` (|v| <= 6, any fp32), RNE ties to even code (§2.4): int32, sign in bit 3.
+def _e2m1_magnitude(v):
+    """E2M1 magnitude code of ``v`` plus 0x55000000 (uint32: the low byte is the code 0..7), RNE,
+    ties to the even code (§2.4). ``v``: 0 <= v <= 6, a bf16 value times a power of two, rounded
+    like an fp32 product below 2^-126 (what K2 computes; not any fp32).
 
-    E2M1's binade j (j = 0: 0..1.5, 1: 2..3, 2: 4..6) has step 2^(j-1): ``fl(|v| 2^-j + 2^22 + j)``
-    rounds |v| 2^-j to a multiple of 0.5 (the fp32 add is RNE; 2^22 + j sits on an even
-    multiple, so ties go to the even code), and its bits minus bits(2^22) are that binade's
-    code k_j + 2j. The right binade's code is the smallest of the three (a coarser or finer
-    grid never undercuts it; checked on every bf16 |v| <= 6, fp32 subnormals and random fp32),
-    and the three sums share one binade, so one 3-way integer min compares them: 3 multiplies
-    (exact: powers of two), 3 adds and 2 integer steps instead of a per-element binade.
+    ``v' = fl(v * 2^-126)`` puts E2M1's subnormal edge (v = 1) on fp32's, so its bits are
+    ``b = 2^22 g(v)``, ``g = min(2v, v + 2, v/2 + 4)`` (below 2: 2^23 v; above: exponent field
+    and mantissa), and E2M1's grid 0, .5, .., 6 is g = 0..7 with its thresholds at the
+    half-integers: the code is RNE(b / 2^22). v' is exact for v >= 2^-16, b % 4 == 0 for v >=
+    2^-14, and smaller v are code 0 either way. ``f = 2^23 + b/4`` (b < 2^25: one LEA.HI) and
+    one RNE add of ``2^43 - 2^23`` give ``2^43 + 2^20 RNE(b / 2^22)``. 4 instructions, where the
+    3 magic adds of one grid each, their min and the scaling took 7. Needs fp32 subnormal
+    products (no flush to zero: the default of Triton and of numpy).
     """
-    a = tl.abs(v)
-    k0 = (a + 4194304.0).to(tl.int32, bitcast=True)
-    k1 = (a * 0.5 + 4194305.0).to(tl.int32, bitcast=True)
-    k2 = (a * 0.25 + 4194306.0).to(tl.int32, bitcast=True)
-    sign = (v.to(tl.int32, bitcast=True) >> 31) & 8          # -0 and tiny negatives: 8
-    return (tl.minimum(tl.minimum(k0, k1), k2) - 0x4A800000) | sign
+    b = bits(v * 1.1754943508222875e-38)
+    f = from_bits((b >> 2) + 0x4B000000)
+    return bits(f + 8796084633600.0)
 
 
 @triton.jit
-def _mx_pack(even, odd, e, ROWS: tl.constexpr):
-    """Bytes [R, 32] of the pairs (``even`` low nibble, ``odd`` high) [R, 32], two 16-pair blocks
-    with exponents ``e`` [R, 2]. The pairs stay split as loaded: no join/reshape back to dims."""
-    inv = pow2(-e)[:, :, None]
-    lo = _e2m1_mag_sign(tl.reshape(even, (ROWS, 2, 16)) * inv)
-    hi = _e2m1_mag_sign(tl.reshape(odd, (ROWS, 2, 16)) * inv)
-    return tl.reshape(lo + hi * 16, (ROWS, 32)).to(tl.uint8)
-
-
-@triton.jit
-def _pair_block_amax(even, odd, ROWS: tl.constexpr):
-    """Absmax [R, 2] of the two 32-dim blocks held as 16 (even, odd) pairs each."""
-    m = tl.maximum(tl.abs(even), tl.abs(odd))
-    return tl.max(tl.reshape(m, (ROWS, 2, 16)), axis=2)
+def _mx_half(w, ROWS: tl.constexpr):
+    """Packed E2M1 bytes [R, 32] and exponents [R, 2] of a row half held as bf16 words ``w``
+    [R, 32] (two 16-word blocks). Byte k = code(2k) | code(2k+1) << 4 (§2.4)."""
+    aw = w & 0x7FFF7FFF
+    a_e = tl.reshape(aw << 16, (ROWS, 2, 16))           # |even| fp32 bit patterns, >= 0 as int32
+    a_o = tl.reshape(aw & -65536, (ROWS, 2, 16))         # |odd|
+    # |x| orders like its bits (non-negative, no NaN): the block amax is an integer max (3-way
+    # VIMNMX3 in SASS; there is no 3-way float max on sm_90).
+    amax = tl.max(tl.maximum(a_e, a_o), axis=2).to(tl.float32, bitcast=True)
+    e = _mx_block_exp(amax)
+    inv = pow2(-e)[:, :, None]                           # exact (or underflow to code 0)
+    c_e = _e2m1_magnitude(a_e.to(tl.float32, bitcast=True) * inv)
+    c_o = _e2m1_magnitude(a_o.to(tl.float32, bitcast=True) * inv)
+    # The sign bits (15, 31) of w to bits 3, 7 (-0 and underflows keep theirs): for t = w &
+    # 0x80008000, hi32(t * (2^20 + 2^8)) = t >> 12 + t >> 24, one IMAD.HI with the add below.
+    sgn = tl.umulhi((w & -2147450880).to(tl.uint32, bitcast=True), 0x100100)
+    byte = tl.reshape(c_e + (c_o << 4), (ROWS, 32)) + sgn   # low bytes disjoint: no carries
+    return byte.to(tl.uint8), e
 
 
 @triton.jit(**_UNSPECIALIZED)
@@ -191,29 +209,27 @@ def indexer_q_mxfp4_kernel(
     pos_ptr, q_ptr, cs_ptr, w_ptr, q_out_ptr, scale_out_ptr, w_out_ptr,
     num_rows: tl.int32, softmax_scale: tl.float32, head_scale: tl.float32,
     NUM_HEADS: tl.constexpr, ROWS: tl.constexpr,
+    HW_CVT: tl.constexpr = True,   # bf16 / e4m3 rounding by the GPU's casts (False: the interpreter)
 ):
     """K2: packed E2M1 codes [.., 64] bytes, 4 ue8m0 bytes as one int32, unscaled weights.
 
-    Every 32-dim block is handled as 16 (even, odd) dim pairs, the nope half too: byte k of a
-    row is dims (2k, 2k+1), so the pairs are exactly the output bytes' nibbles.
+    Every 32-dim block is 16 words of two bf16, the rope half too: byte k of a row half is word
+    k's dims (2k, 2k+1), so the words' halves are exactly the output bytes' nibbles.
     """
     first, r, ok = _program_rows(num_rows, ROWS)
-    n_e, n_o, y_e, y_o = _load_pairs(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS, ROWS)
-
-    e_nope = _mx_block_exp(_pair_block_amax(n_e, n_o, ROWS))   # blocks 0, 1
-    e_rope = _mx_block_exp(_pair_block_amax(y_e, y_o, ROWS))   # blocks 2, 3
+    w_nope, w_rope = _load_words(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS, ROWS, HW_CVT)
+    q_nope, e_nope = _mx_half(w_nope, ROWS)   # blocks 0, 1
+    q_rope, e_rope = _mx_half(w_rope, ROWS)   # blocks 2, 3
 
     out_row = q_out_ptr + first.to(tl.int64) * 64 + r[:, None] * 64
     m = ok[:, None]
-    tl.store(out_row + tl.arange(0, 32)[None, :], _mx_pack(n_e, n_o, e_nope, ROWS), mask=m)
-    tl.store(out_row + 32 + tl.arange(0, 32)[None, :], _mx_pack(y_e, y_o, e_rope, ROWS),
-             mask=m)
+    tl.store(out_row + tl.arange(0, 32)[None, :], q_nope, mask=m)
+    tl.store(out_row + 32 + tl.arange(0, 32)[None, :], q_rope, mask=m)
 
-    # Scale bytes b = e + 127, little-endian in one int32: block 0 in the low byte.
-    b_nope = (e_nope + 127).to(tl.uint32)
-    b_rope = (e_rope + 127).to(tl.uint32)
-    b0, b1 = tl.split(b_nope)
-    b2, b3 = tl.split(b_rope)
+    # Scale bytes b = e + 127, little-endian in one int32: block 0 in the low byte. (A tl.sum of
+    # shifted bytes is fewer instructions but ptxas then holds far more registers: slower.)
+    b0, b1 = tl.split((e_nope + 127).to(tl.uint32))
+    b2, b3 = tl.split((e_rope + 127).to(tl.uint32))
     packed = b0 | (b1 << 8) | (b2 << 16) | (b3 << 24)
     tl.store(scale_out_ptr + first + r, packed.to(tl.int32, bitcast=True), mask=ok)
 
@@ -225,12 +241,23 @@ def indexer_q_mxfp4_kernel(
 #: unchanged (spec K1: results must not depend on coarsen), but 64x fewer Python-level programs.
 INTERPRETER_ROWS = 256
 
-#: Thread groups per Triton program. The spec's ``coarsen`` is the heads handled per thread
-#: group; one group per program (the deployed mapping) made programs of 1-4 rows whose two
-#: dependent loads (position, then cos/sin) left HBM idle: 31% of copy bandwidth on an H200
-#: at T = 65536 (benchmarks/results/indexer_q_h200_v1.csv). A program of 8 groups moves 8x
-#: the bytes per launch slot; results do not depend on it (tests pin this).
+#: Thread groups per Triton program, by ``coarsen``. The spec's ``coarsen`` is the heads handled
+#: per thread group; one group per program (the deployed mapping) made programs of 1-4 rows whose
+#: two dependent loads (position, then cos/sin) left HBM idle: 31% of copy bandwidth on an H200
+#: at T = 65536 (benchmarks/results/indexer_q_h200_v1.csv). A program of 8 groups moves 8x the
+#: bytes per launch slot. At coarsen 4 (T >= 512) 16 groups make a program one whole token (64
+#: rows), which halves the per-row share of the position / cos-sin loads and the index math
+#: (H200, T = 65536, one run: K2 88.5 -> 95.5 %, K1 98.2 -> 103.4 % of copy). Results do not
+#: depend on it (tests pin this).
 THREAD_GROUPS = 8
+THREAD_GROUPS_COARSEN_4 = 16
+
+
+def gpu_rows(coarsen: int) -> int:
+    """Rows per program on the GPU: ``coarsen`` heads per thread group times the thread groups
+    (16 at coarsen 4, else 8); a divisor of the 64 heads of one token for every valid coarsen."""
+    return coarsen * (THREAD_GROUPS_COARSEN_4 if coarsen == 4 else THREAD_GROUPS)
+
 
 _SHARED_PARAMS = {
     "pos_ptr": Ptr(torch.int64, aligned=False),
@@ -242,9 +269,9 @@ _SHARED_PARAMS = {
     "softmax_scale": Runtime(),
     "head_scale": Runtime(),
     "NUM_HEADS": FromKey("num_heads"),
-    # Rows (token-heads) per program on the GPU: `coarsen` heads per thread group, GROUPS
-    # thread groups (see THREAD_GROUPS); always a divisor of the 64 heads of one token.
-    "ROWS": FromKey(lambda key: key.coarsen * THREAD_GROUPS),
+    # Rows (token-heads) per program on the GPU (gpu_rows): a divisor of one token's 64 heads.
+    "ROWS": FromKey(lambda key: gpu_rows(key.coarsen)),
+    "HW_CVT": Const(True),
 }
 
 
@@ -258,11 +285,13 @@ class _TritonLaunch:
         return {"num_warps": 2 if key.coarsen == 1 else 4}
 
     def rows_per_program(self, key: IndexerQBase.CompileKey) -> int:
-        """``coarsen * THREAD_GROUPS`` on the GPU; whole tokens under the CPU interpreter."""
-        return key.coarsen * THREAD_GROUPS if self.platform.is_cuda else INTERPRETER_ROWS
+        """:func:`gpu_rows` on the GPU; whole tokens under the CPU interpreter."""
+        return gpu_rows(key.coarsen) if self.platform.is_cuda else INTERPRETER_ROWS
 
     def interpreter_constexprs(self, key: IndexerQBase.CompileKey) -> dict[str, Any]:
-        return {"ROWS": INTERPRETER_ROWS}
+        # Whole tokens per program; the interpreter truncates fp32 -> bf16 and can drop an
+        # fp32 -> fp8 carry, so it rounds with the integer recipes (HW_CVT False).
+        return {"ROWS": INTERPRETER_ROWS, "HW_CVT": False}
 
     def grid(self, key: IndexerQBase.CompileKey, args: Mapping[str, Any]) -> tuple[int, ...]:
         return (triton.cdiv(args["num_rows"], self.rows_per_program(key)),)
