@@ -22,8 +22,8 @@
 #     bash benchmarks/gpu_session_next.sh hw1 OUT_DIR       # issue 16: store hooks' hardware casts, launch plans, host
 #     bash benchmarks/gpu_session_next.sh hw2 OUT_DIR       # issue 16: the store-hook sweep, the K3 launch shapes
 #     bash benchmarks/gpu_session_next.sh final5 OUT_DIR    # issue 16: CuTeDSL store shapes; rowquant, K3, C128, C4 numerics
-#     bash benchmarks/gpu_session_next.sh final6 OUT_DIR    # issue 16: store hooks, K1/K2 numerics, host, K3 / store sweeps
-#     bash benchmarks/gpu_session_next.sh final7 OUT_DIR    # issue 16: the C4, K1/K2 and K8 sweeps
+#     bash benchmarks/gpu_session_next.sh final6 OUT_DIR    # issue 16: store hooks, K1/K2 numerics; K1/K2, store, K3 sweeps
+#     bash benchmarks/gpu_session_next.sh final7 OUT_DIR    # issue 16: the C4 and K8 sweeps, host, CuTeDSL store shapes
 # Before the store phase, on the CPU machine: bash benchmarks/prepare_gpu_store.sh, then carry
 # .carry-store with the call. CuTeDSL first (../shared/device/README.md: two calls). Each step
 # has its own time limit and log; one that fails or times out does not stop the others.
@@ -157,16 +157,17 @@ final5)  # the CuTeDSL store hooks' rows per warp; GPU numerics of rowquant, K3,
     step c4_check 170 python3 benchmarks/c4_compress_gpu_check.py --out "$work/c4_compress_h200/check.json" \
         --cases 30 --no-recip-weights
     step launch_plans 45 python3 benchmarks/launch_plans_gpu_check.py --out "$work/launch_plans_h200" ;;
-final6)  # GPU numerics of the store hooks and K1/K2, host overhead, the K3 and store-hook sweeps
+final6)  # GPU numerics of the store hooks and K1/K2, then the K1/K2, store-hook and K3 sweeps
     step encoders_check 70 python3 benchmarks/encoders_gpu_check.py --out "$work/encoders_h200" --cases-per-encoder 48
     step indexer_q_check 80 python3 benchmarks/indexer_q_gpu_check.py --out "$work/indexer_q_h200" --cases 30
-    host_step 60
-    bench_step dequant_gather 70
-    bench_step store_rows 150 ;;
-final7)  # the C4 and K1/K2 sweeps, then K8 (C128 stores)
+    bench_step indexer_q 120
+    bench_step store_rows 150
+    bench_step dequant_gather 70 ;;
+final7)  # what final6 left: the C4 and K8 sweeps, the host table, the CuTeDSL store shapes
     bench_step c4_compress 210
-    bench_step indexer_q 130
-    bench_step c128_store 150 ;;
+    host_step 60
+    bench_step c128_store 150
+    step store_cute_shapes 100 python3 benchmarks/shape_tuning.py store-cute --out "$work/shape_tuning_h200" ;;
 next-triton)  # the same without the CuTeDSL bundle (Triton rows only; a short device budget)
     step rowquant_check 60 python3 benchmarks/verify_backends.py --triton-only --commit "${DSV4KIT_COMMIT:-unknown}" --out "$work/backends_h200"
     step k3_check 90 python3 benchmarks/dequant_gather_gpu_check.py --out "$work/dequant_gather_h200" --cases 60
