@@ -163,6 +163,19 @@ TARGETS: dict[str, Target] = {
 }
 
 
+def _fresh_kernels(families: tuple[str, ...]) -> None:
+    """Drop the families' kernel objects and their classes' executors: executors are cached per
+    class and key, and a CuTeDSL executor is the compiled code itself (a compile-time constant of
+    a shape would otherwise keep its first value; Triton's runtime JIT hid that for Triton)."""
+    from dsv4kit.kernels import family
+
+    for fam in families:
+        spec = family(fam)
+        for k in spec._kernels.values():
+            type(k).clear_cache()
+        spec._kernels.clear()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("target", choices=sorted(TARGETS))
@@ -178,7 +191,6 @@ def main() -> int:
         return 2
     from dsv4kit.bench import PLANS, run_sweep
     from dsv4kit.jit import launch_plans
-    from dsv4kit.kernels import family
 
     t = TARGETS[a.target]
     plan = PLANS[t.plan]
@@ -187,15 +199,13 @@ def main() -> int:
     with launch_plans.disabled():
         for shape in (a.shapes or t.shapes).split(","):
             with t.apply(shape):
-                for fam in plan.families:
-                    family(fam)._kernels.clear()
+                _fresh_kernels(plan.families)
                 res = run_sweep([plan], backends=(t.backend,), sizes=sizes, reference=False, rep_ms=a.rep_ms,
                                 log=lambda m, s=shape: print(f"{s}: {m}", flush=True))
             result["provenance"] = res.provenance
             name = shape if shape not in result["runs"] else f"{shape} #{len(result['runs'])}"  # a repeat
             result["runs"][name] = [dataclasses.asdict(r) for r in res.rows]
-    for fam in plan.families:        # no kernel of a tuned shape outlives the sweep
-        family(fam)._kernels.clear()
+    _fresh_kernels(plan.families)    # no kernel of a tuned shape outlives the sweep
     a.out.mkdir(parents=True, exist_ok=True)
     path = a.out / f"shape_tuning_{a.target}.json"
     path.write_text(json.dumps(result, indent=1, default=str) + "\n")
