@@ -826,8 +826,11 @@ def cute_ctas(family: str, key: Any, values: Mapping[str, Any]) -> int | None:
         t = values["positions"].shape[0]
         return cdiv(t, m.GROUP) * m.k7_slices(t) * m.NCHUNK
     if family == "rowquant":
+        from dsv4kit.kernels.rowquant.spec import blocks_per_program
+
         x = values["x"]
-        return cdiv(x.shape[0], key.rows_per_program) * (x.shape[1] // 128)
+        colb = blocks_per_program(key.n_cols, key.rows_per_program)
+        return cdiv(x.shape[0], key.rows_per_program) * (x.shape[1] // (128 * colb))
     return None
 
 

@@ -62,5 +62,6 @@ def test_the_recorded_decode_rows_follow_one_threads_path() -> None:
     assert len(fit.points) == 36 and 0.7 < fit.r2 and fit.r2_instructions_only > fit.r2_batches_only
     assert 1.0 < fit.per_instruction_ns < 2.0 and 0.05 < fit.per_batch_us < 0.25
     c4 = [p for p in fit.points if p.kernel.startswith(("c4_compress", "indexer_compress"))]
-    assert len(c4) == 10 and all(p.current and p.load_batches >= 6 and p.path_instructions > 650 for p in c4)
+    # (The C4 kernels changed after both records, together: their points no longer read "current".)
+    assert len(c4) == 10 and all(p.load_batches >= 6 and p.path_instructions > 650 for p in c4)
     assert decode_path_fit(mix, runs, size=256).r2 < fit.r2    # at T = 256 the bytes start to count
