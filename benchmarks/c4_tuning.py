@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # shape_tuning's writer
 
 from dsv4kit.bench import PLANS, run_sweep  # noqa: E402
 from dsv4kit.jit import launch_plans  # noqa: E402
@@ -100,14 +100,9 @@ def _cute_split(result: dict, sizes: list[int], values: list[int], rep_ms: int) 
 
 
 def _write(out: Path, result: dict) -> int:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "c4_tuning.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
-    for name, rows in result["runs"].items():
-        for r in rows:
-            frac = f"{100 * r['fraction_of_copy']:5.1f} %" if r["fraction_of_copy"] else "-"
-            print(f"{name:>10s}  {r['kernel']:22s} {r['config']:30s} {r['size']:>6d} {r['variant']:24s} "
-                  f"{r['median_us']:9.1f} us  {frac}")
-    print(f"wrote {out / 'c4_tuning.json'}")
+    from shape_tuning import write_runs
+
+    write_runs(out / "c4_tuning.json", result)
     return 0
 
 

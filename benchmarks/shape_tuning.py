@@ -206,16 +206,20 @@ def main() -> int:
             name = shape if shape not in result["runs"] else f"{shape} #{len(result['runs'])}"  # a repeat
             result["runs"][name] = [dataclasses.asdict(r) for r in res.rows]
     _fresh_kernels(plan.families)    # no kernel of a tuned shape outlives the sweep
-    a.out.mkdir(parents=True, exist_ok=True)
-    path = a.out / f"shape_tuning_{a.target}.json"
+    write_runs(a.out / f"shape_tuning_{a.target}.json", result)
+    return 0
+
+
+def write_runs(path: Path, result: dict[str, Any]) -> None:
+    """Write a sweep-per-choice ``result`` (``runs``: choice -> sweep rows) as JSON and print it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    for shape, rows in result["runs"].items():
+    for choice, rows in result["runs"].items():
         for r in rows:
             frac = f"{100 * r['fraction_of_copy']:5.1f} %" if r["fraction_of_copy"] else "-"
-            print(f"{shape:>12s}  {r['kernel']:20s} {r['config']:36s} {r['size']:>8d} {r['variant']:22s} "
+            print(f"{choice:>12s}  {r['kernel']:20s} {r['config']:36s} {r['size']:>8d} {r['variant']:22s} "
                   f"{r['median_us']:9.1f} us  {frac}")
     print(f"wrote {path}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -57,3 +57,14 @@ def test_store_cute_rows_per_warp() -> None:
     with tuning._store_cute("idx:8"):
         assert enc_cute.rows_per_warp(2) == 8 and enc_cute.rows_per_warp(8) == before["rows_per_warp"]["ds"]
     assert tuning._store_cute_default() == before
+
+
+def test_c4_tuning_writes_through_the_same_writer(tmp_path, capsys) -> None:
+    import json
+
+    c4 = load_benchmark("c4_tuning")
+    row = {"kernel": "c4_compress_ds_mla", "config": "", "size": 65536, "variant": "kernel (graph replay)",
+           "median_us": 160.0, "fraction_of_copy": 0.8}
+    assert c4._write(tmp_path, {"runs": {"8x2048": [row]}}) == 0
+    assert json.loads((tmp_path / "c4_tuning.json").read_text())["runs"]["8x2048"] == [row]
+    assert "80.0 %" in capsys.readouterr().out
