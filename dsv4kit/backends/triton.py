@@ -130,6 +130,11 @@ class FromKey:
     field: str | Callable[[Any], Any]
 
 
+#: The constexpr naming how a kernel rounds fp32 -> bf16 / e4m3: the GPU's casts (True, what every
+#: compile gets) or integer recipes giving the same bits (False: what every interpreted run gets).
+HW_CVT = "HW_CVT"
+
+
 @dataclass(frozen=True)
 class Const:
     """A fixed value."""
@@ -505,6 +510,14 @@ class TritonJitKernel(JitKernel[K]):
         """
         return {}
 
+    def interpreted_constexprs(self, key: K) -> dict[str, Any]:
+        """What an interpreted run overrides: ``HW_CVT`` false where the kernel has it (the
+        interpreter truncates fp32 -> bf16 and can drop an fp32 -> fp8 carry, so such a kernel
+        rounds with the integer recipes of :mod:`dsv4kit.kernels.triton_numerics`, which give
+        the GPU casts' bits), then :meth:`interpreter_constexprs`."""
+        hw = {HW_CVT: False} if HW_CVT in self.params else {}
+        return {**hw, **self.interpreter_constexprs(key)}
+
     # ------------------------------------------------------------------ the contract check
     @classmethod
     def _validate_backend(cls) -> None:
@@ -529,6 +542,9 @@ class TritonJitKernel(JitKernel[K]):
             what = f"{where}: parameter {p.name!r} of {fn.fn.__name__}"
             if decl is None:
                 raise ContractError(f"{what}: not declared in params (Triton may specialize on it)")
+            if p.name == HW_CVT and decl != Const(True):
+                raise ContractError(f"{what}: expected Const(True) (GPU compiles round with the hardware "
+                                    f"casts; interpreted runs get False), got {decl}")
             if not isinstance(decl, Param):
                 raise ContractError(f"{what}: expected Ptr, Runtime, IntClass, FromKey or Const; got {decl}")
             for f in (getattr(decl, "field", None), getattr(decl, "dtype", None)):
@@ -800,7 +816,7 @@ class TritonJitKernel(JitKernel[K]):
             seen = self.variant(key, args)
             if seen != variant:
                 _report(self, fn.fn.__name__, seen, "triton")
-            overrides = self.interpreter_constexprs(key)
+            overrides = self.interpreted_constexprs(key)
             run_args = [overrides.get(p.name, a) for p, a in zip(fn.params, args, strict=True)]
             grid = self.grid(key, self._named(call_args))
             with _interpreting():

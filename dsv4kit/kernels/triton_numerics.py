@@ -8,7 +8,7 @@ numpy both round that add to nearest even). Results are values the final cast re
 exactly (bf16, e4m3) or the 4-bit codes themselves (E2M1). The same code runs on the GPU.
 :func:`bf16_value` and :func:`e4m3` take an ``HW`` constexpr instead: on the GPU (``HW`` true) the
 cast itself rounds to nearest even in hardware (fewer instructions, the same bits); a kernel sets
-``HW`` false under the interpreter (``interpreter_constexprs``).
+``HW`` false under the interpreter (a ``HW_CVT`` parameter: the backend does it).
 
 All helpers take and return blocks; ``x`` is fp32 unless said otherwise.
 """

@@ -37,7 +37,7 @@ def test_only_the_interpreter_uses_the_integer_recipe():
     assert RowQuantTriton.params["HW_CVT"] == Const(True)
     k = RowQuantTriton.__new__(RowQuantTriton)
     key = RowQuantTriton.CompileKey(n_cols=512, x_stride_class="div16", rows_per_program=4)
-    assert k.interpreter_constexprs(key) == {"HW_CVT": False}
+    assert k.interpreted_constexprs(key) == {"HW_CVT": False}
     # A raw launch that names only ROWS and BLOCK (benchmarks/verify_backends.py) gets the GPU path.
     hw = next(p for p in _rowquant_kernel.params if p.name == "HW_CVT")
     assert hw.is_constexpr and hw.default is True

@@ -114,6 +114,29 @@ def test_a_key_missing_a_specialization_is_rejected_at_class_creation(change, me
         _make(params)
 
 
+@triton.jit
+def _toy_hw(x_ptr, BLOCK: tl.constexpr, HW_CVT: tl.constexpr = True):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs) * (2 if HW_CVT else 3))
+
+
+_HW = {"x_ptr": Ptr(torch.float32), "BLOCK": FromKey("block")}
+
+
+def test_hw_cvt_is_the_gpu_path_in_compiles_and_the_recipe_when_interpreted():
+    k = _make({**_HW, "HW_CVT": Const(True)}, fn=_toy_hw)()
+    key = k.CompileKey(n=1, block=16)
+    assert k.warmup_inputs(key)[1:] == (16, True)
+    assert k.interpreted_constexprs(key) == {"HW_CVT": False}
+    assert _make(GOOD)().interpreted_constexprs(key) == {}  # no HW_CVT parameter: nothing added
+
+
+@pytest.mark.parametrize("decl", [Const(False), FromKey("block")])
+def test_hw_cvt_other_than_const_true_is_rejected(decl):
+    with pytest.raises(ContractError, match="parameter 'HW_CVT' of _toy_hw: expected Const"):
+        _make({**_HW, "HW_CVT": decl}, fn=_toy_hw)
+
+
 def test_an_unannotated_runtime_int_is_rejected():
     # Without an annotation Triton passes i32 or i64 depending on the value: a hidden key field.
     with pytest.raises(ContractError, match="annotate it"):

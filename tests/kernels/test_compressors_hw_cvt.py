@@ -83,7 +83,7 @@ def test_only_the_interpreter_takes_the_integer_recipes() -> None:
         assert cls.params["HW_CVT"] == Const(True)
         k = cls(cpu_platform())
         key = _keys(cls, C4_CONFIGS if cls in C4_CLASSES else C128_CONFIGS)[0]
-        assert k.interpreter_constexprs(key) == {"HW_CVT": False}
+        assert k.interpreted_constexprs(key) == {"HW_CVT": False}
     # K7 rounds nothing; its interpreter overrides stay the column-width ones.
     k7 = C128CompressTriton(cpu_platform())
     assert "HW_CVT" not in k7.params

@@ -75,7 +75,7 @@ def test_kernel_rows_per_program_does_not_change_bytes(cls, monkeypatch):
     for rows in (1, 8, 32, 64):  # the GPU launch shapes (64: one token per program); 256 spans tokens
         monkeypatch.setattr(cls, "rows_per_program", lambda self, key, rows=rows: rows)
         monkeypatch.setattr(cls, "interpreter_constexprs",
-                            lambda self, key, rows=rows: {"ROWS": rows, "HW_CVT": False})
+                            lambda self, key, rows=rows: {"ROWS": rows})
         assert_bit_exact(kernel(*case.args()), fast)
 
 

@@ -60,7 +60,7 @@ def test_only_the_interpreter_takes_the_integer_recipes() -> None:
         assert cls.params["HW_CVT"] == Const(True)
         k = cls(cpu_platform())
         key = k.get_warmup_keys(IndexerQConfig(indexer_cache_dtype=fmt))[0]
-        assert k.interpreter_constexprs(key) == {"ROWS": INTERPRETER_ROWS, "HW_CVT": False}
+        assert k.interpreted_constexprs(key) == {"HW_CVT": False, "ROWS": INTERPRETER_ROWS}
 
 
 # --------------------------------------------------------------------------- E2M1, exhaustively

@@ -53,7 +53,7 @@ Numerics: launched with FMA contraction off (every product and sum rounds separa
 backend's ``tl.exp``; results follow the FP32 rule (K7) and the compressor rule (K8); the encode
 step is bit-exact given y. K8 rounds bf16 / e4m3 by the GPU's casts (``HW_CVT``: fewer
 instructions per element, the same bits); under the interpreter, which truncates those casts, by
-the encoders' integer recipes (``interpreter_constexprs``), so it writes the GPU's bytes.
+the encoders' integer recipes (the backend sets ``HW_CVT`` false there), so it writes the GPU's bytes.
 
 Compile-time vs runtime: K7's key is fixed, so one compile; T, ``tpp``, the path, the block stride
 and the block-table stride are runtime. K8a's page geometry (kv_bs, page stride) is compile-time (key fields
@@ -413,10 +413,6 @@ class _C128StoreTriton:
 
     def launch_options(self, key: Any) -> dict[str, Any]:
         return {"num_warps": 4}
-
-    def interpreter_constexprs(self, key: Any) -> dict[str, Any]:
-        # The interpreter truncates fp32 -> bf16 and can drop an fp32 -> fp8 carry: integer recipes.
-        return {"HW_CVT": False}
 
     def tokens_per_program(self, t: int) -> int:
         """``tpp`` for T tokens: the GPU's rule, or SCAN under the interpreter (fewer programs)."""

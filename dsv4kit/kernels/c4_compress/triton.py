@@ -24,7 +24,7 @@ and the norm's sum is the tile reduction's, so results follow the compressor rul
 bit-exactness (equal to the reference on almost every element). The encode step is bit-exact
 given y. bf16 / e4m3 round by the GPU's casts (``HW_CVT``: fewer instructions per element, the
 same bits); under the interpreter, which truncates those casts, by the integer recipes of
-:mod:`~dsv4kit.kernels.triton_numerics` (``interpreter_constexprs``).
+:mod:`~dsv4kit.kernels.triton_numerics` (the backend sets ``HW_CVT`` false there).
 
 Every stride, T, the state block size, kv_bs and the page stride are runtime values.
 """
@@ -305,10 +305,6 @@ class _C4CompressTriton:
         if MAX_REGISTERS is not None:
             opts["maxnreg"] = MAX_REGISTERS
         return opts
-
-    def interpreter_constexprs(self, key: Any) -> dict[str, Any]:
-        # The interpreter truncates fp32 -> bf16 and can drop an fp32 -> fp8 carry: integer recipes.
-        return {"HW_CVT": False}
 
     def grid(self, key: Any, args: Mapping[str, Any]) -> tuple[int, ...]:
         return (launch_shape(args["T"])[1],)

@@ -279,10 +279,6 @@ class _StoreRowsTriton:
     def launch_options(self, key: Any) -> dict[str, Any]:
         return {"num_warps": 4}
 
-    def interpreter_constexprs(self, key: Any) -> dict[str, Any]:
-        # The interpreter truncates fp32 -> bf16 and can drop an fp32 -> fp8 carry: integer recipes.
-        return {"HW_CVT": False}
-
     def grid(self, key: Any, args: Mapping[str, Any]) -> tuple[int, ...]:
         return (triton.cdiv(args["T"], rows_per_program(key)),)
 

@@ -11,7 +11,7 @@ Per row: load 128 bf16 dims, rotate the last 64 (GPT-J pairs, no FMA), round the
 quantize. Rounding (§2.1): ``HW_CVT`` true (the GPU compile) rounds with the hardware RNE casts
 (``cvt.rn.bf16.f32``, K2 ``cvt.rn.bf16x2.f32``; K1's e4m3 ``cvt.rn.satfinite.e4m3x2.f32``, which
 never saturates: |z 2^-e| <= 448); the CPU interpreter truncates fp32 -> bf16 and can drop an
-fp32 -> fp8 carry, so ``interpreter_constexprs`` sets it false and the integer recipes of
+fp32 -> fp8 carry, so the backend sets it false there and the integer recipes of
 :mod:`dsv4kit.kernels.triton_numerics` round instead, leaving each cast exact. Both are RNE:
 the same bytes. K2's E2M1 codes need no cast (fp32 arithmetic, :func:`_e2m1_magnitude`).
 K1: inside a program ``nope`` is ``[ROWS, 64]`` (dims 0..63) and the rope half is split into
@@ -289,9 +289,7 @@ class _TritonLaunch:
         return gpu_rows(key.coarsen) if self.platform.is_cuda else INTERPRETER_ROWS
 
     def interpreter_constexprs(self, key: IndexerQBase.CompileKey) -> dict[str, Any]:
-        # Whole tokens per program; the interpreter truncates fp32 -> bf16 and can drop an
-        # fp32 -> fp8 carry, so it rounds with the integer recipes (HW_CVT False).
-        return {"ROWS": INTERPRETER_ROWS, "HW_CVT": False}
+        return {"ROWS": INTERPRETER_ROWS}  # whole tokens per program (HW_CVT: the base's)
 
     def grid(self, key: IndexerQBase.CompileKey, args: Mapping[str, Any]) -> tuple[int, ...]:
         return (triton.cdiv(args["num_rows"], self.rows_per_program(key)),)

@@ -21,7 +21,7 @@ e4m3 rounding of y depends on ``HW_CVT``:
 * GPU compiles (``HW_CVT`` true): ``y.to(tl.float8e4nv)``, which Triton 3.6 lowers to the
   hardware ``cvt.rn.satfinite.e4m3x2.f32`` (two values per instruction): RNE, sign of zero
   kept (-0 and negatives that round to zero give 0x80), saturation never reached (|y| <= 448).
-* the CPU interpreter (``interpreter_constexprs``: ``HW_CVT`` false): the integer recipe
+* the CPU interpreter (``HW_CVT`` false, set by the backend): the integer recipe
   :func:`_e4m3_code`, because the interpreter's fp32 -> fp8 cast drops the rounding carry
   (D3). The two give the same byte for every |y| <= 448, so the interpreter tests the GPU's
   bytes but not the GPU's instruction; ``tests/backends/test_rowquant_hw_cvt.py`` checks the PTX
@@ -111,10 +111,6 @@ class RowQuantTriton(RowQuantBase, TritonJitKernel["RowQuantBase.CompileKey"]):
         "BLOCK": Const(BLOCK),
         "HW_CVT": Const(True),
     }
-
-    def interpreter_constexprs(self, key: RowQuantBase.CompileKey) -> dict[str, Any]:
-        # The interpreter cannot round in an fp32 -> fp8 cast: the integer recipe instead.
-        return {"HW_CVT": False}
 
     def grid(self, key: RowQuantBase.CompileKey, args: Mapping[str, Any]) -> tuple[int, ...]:
         colb = blocks_per_program(key.n_cols, key.rows_per_program)
