@@ -71,6 +71,45 @@ def test_every_plan_builds_valid_op_arguments_on_cpu():
                     assert values[spec.variant_arg] in spec.variants
 
 
+def test_every_plan_times_its_largest_size_out_of_l2():
+    """Graph replays re-read one set of buffers: at each plan's largest size every point moves at
+    least L2_MULTIPLE H200 L2s of bytes, or the plan says why it cannot (and only c128_store does)."""
+    floor = bench.L2_MULTIPLE * bench.H200_L2_BYTES
+    exempt = [p.name for p in bench.PLANS.values() if p.in_l2_why]
+    assert exempt == ["c128_store"]
+    for plan in bench.PLANS.values():
+        if plan.in_l2_why:
+            continue
+        points = plan.points(max(plan.sizes))
+        small = [(pt.kernel, pt.config, pt.nbytes) for pt in points if pt.nbytes < floor]
+        assert not small, (plan.name, small)
+
+
+def test_l2_resident_points_are_marked_in_the_log(monkeypatch):
+    """A point under L2_MULTIPLE L2s is logged with an L2 mark; one above is not."""
+    from dsv4kit.platform import cpu_platform
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench, "copy_bandwidth_gbs", lambda nbytes=0: 4000.0)
+    monkeypatch.setattr(bench, "empty_kernel_us", lambda rep_ms=100: 0.5)
+    monkeypatch.setattr(bench, "provenance", lambda extra=None: {"l2_cache_bytes": bench.H200_L2_BYTES})
+    monkeypatch.setattr(bench, "_time", lambda fn, graph, rep_ms: (10.0, "fake", ""))
+    (small,) = bench.PLANS["rowquant"].points(8)
+
+    def points(size):  # the size's bytes claimed, the small case's arguments built
+        return [bench.Point(small.family, small.kernel, small.config, size, size,
+                            lambda dev: small.build("cpu"))]
+
+    plan = bench.SweepPlan("rowquant", ("rowquant",), (), points)
+    floor = bench.L2_MULTIPLE * bench.H200_L2_BYTES
+    lines: list[str] = []
+    bench.run_sweep([plan], backends=("triton",), sizes=(floor - 1, floor), reference=False,
+                    platform=cpu_platform(), log=lines.append)
+    rows = [ln.split() for ln in lines if ln.startswith("rowquant ")]
+    assert len(rows) == 4, lines
+    assert [r[-1] == "L2" for r in rows] == [True, True, False, False], rows
+
+
 def test_bench_without_gpu_exits_2(monkeypatch, capsys):
     monkeypatch.setattr(bench_cli, "_has_cuda", lambda: False)
     assert bench_cli.main(["bench", "--family", "indexer_q"]) == 2

@@ -18,7 +18,8 @@ from dsv4kit.formats.indexer_cache import allocate_indexer_cache
 from dsv4kit.formats.plain_row import allocate_plain_cache
 from dsv4kit.kernels.encoders.reference import CACHE_ARG, HEAD_DIM
 
-__all__ = ["HOOKS", "REGIMES", "SENTINEL", "StoreCase", "make_case", "random_case", "rows", "differing_bytes"]
+__all__ = ["HOOKS", "REGIMES", "SENTINEL", "StoreCase", "differing_bytes", "make_case", "random_case", "rows",
+           "written_rows"]
 
 SENTINEL = 0xA5
 HOOKS = ("store_rows_ds", "store_rows_plain", "store_rows_indexer")
@@ -101,6 +102,12 @@ class StoreCase:
         return StoreCase(self.hook, args, self.label)
 
 
+def written_rows(t: int) -> int:
+    """Rows of a :func:`make_case` of ``t`` rows with a slot >= 0 (a fifth, at least one, get -1
+    when ``t > 2``): what a store writes, known without building the case."""
+    return t - max(1, t // 5) if t > 2 else t
+
+
 def make_case(
     hook: str,
     t: int = 37,
@@ -118,7 +125,7 @@ def make_case(
     pages = -(-(t + 3) // kv_bs)
     slots = torch.randperm(pages * kv_bs, generator=g)[:t].to(torch.int64)
     if t > 2:
-        slots[torch.randperm(t, generator=g)[: max(1, t // 5)]] = -1
+        slots[torch.randperm(t, generator=g)[: t - written_rows(t)]] = -1
     if hook == "store_rows_ds":
         cache = allocate_ds_cache(pages, kv_bs, page_stride=page_stride, fill=SENTINEL)
     elif hook == "store_rows_plain":
