@@ -14,6 +14,10 @@ session_start() {  # session_start OUT
     work=$(mktemp -d)
     log="$out/session.log"
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader >> "$log" 2>&1
+    # records are named after the card they were measured on (h100, h200): the lent kind varies
+    dev=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | grep -o 'H[0-9]\+' | tr 'H' 'h')
+    dev=${dev:-gpu}
+    echo "records named *_$dev" | tee -a "$log"
 }
 step() {  # step NAME SECONDS CMD...
     local name=$1 secs=$2; shift 2

@@ -21,43 +21,43 @@ source "$(dirname "$0")/gpu_session_lib.sh"
 session_begin "$usage" "$@"
 host_step() {  # host_step [SECONDS]: issue 16's host-overhead table, real launches
     step host "${1:-120}" python3 benchmarks/host_overhead.py --executor real --calls 300 --repeats 5 \
-        --out "$work/host_overhead_h200"
+        --out "$work/host_overhead_$dev"
 }
 bench_step() {  # bench_step PLAN SECONDS [BENCH OPTIONS]: one dsv4kit bench sweep, its own JSON and figure
     step "bench_$1" "$2" python3 -m dsv4kit bench --family "$1" --rep-ms 60 \
-        --json "$work/bench_h200/$1.json" --plot "$work/bench_h200/$1.png" "${@:3}"
+        --json "$work/bench_$dev/$1.json" --plot "$work/bench_$dev/$1.png" "${@:3}"
 }
 case $phase in
 pipeline)
-    step pipeline 560 python3 benchmarks/pipeline_gpu.py --out "$work/pipeline_h200" --timeout 280 --deadline 530 \
+    step pipeline 560 python3 benchmarks/pipeline_gpu.py --out "$work/pipeline_$dev" --timeout 280 --deadline 530 \
         --jobs "${PIPELINE_JOBS:-4}" ;;
 store)
     [ -f .carry-store/store.tar.gz ] || { echo "no .carry-store/store.tar.gz: run prepare_gpu_store.sh" | tee -a "$log"; }
     step store_load 150 python3 benchmarks/store_load_check.py --import .carry-store/store.tar.gz \
-        --cache-dir "$work/store" --out "$work/store_load_h200" --device cuda --steps 8
+        --cache-dir "$work/store" --out "$work/store_load_$dev" --device cuda --steps 8
     # the pipeline replay on real tensors, warmed from that store with Triton's own cache empty
     TRITON_CACHE_DIR=$(mktemp -d) step pipeline_store 190 python3 benchmarks/pipeline_gpu.py \
-        --out "$work/pipeline_store_h200" --configs flash-default --cache-dir "$work/store" \
+        --out "$work/pipeline_store_$dev" --configs flash-default --cache-dir "$work/store" \
         --jobs 2 --timeout 180 --deadline 180
-    step warmup_timing 220 python3 benchmarks/warmup_timing.py --out "$work/warmup_h200" ;;
+    step warmup_timing 220 python3 benchmarks/warmup_timing.py --out "$work/warmup_$dev" ;;
 finish)  # issue 15's Triton hash parts and H200 warmup table, then issue 14's pipeline (fewer seconds)
-    step triton_hash 30 python3 benchmarks/triton_hash_parts.py --out "$work/store_load_h200/triton_hash_parts.json"
-    step warmup_timing 140 python3 benchmarks/warmup_timing.py --out "$work/warmup_h200"
-    step pipeline 440 python3 benchmarks/pipeline_gpu.py --out "$work/pipeline_h200" --timeout 300 --deadline 420 \
+    step triton_hash 30 python3 benchmarks/triton_hash_parts.py --out "$work/store_load_$dev/triton_hash_parts.json"
+    step warmup_timing 140 python3 benchmarks/warmup_timing.py --out "$work/warmup_$dev"
+    step pipeline 440 python3 benchmarks/pipeline_gpu.py --out "$work/pipeline_$dev" --timeout 300 --deadline 420 \
         --jobs "${PIPELINE_JOBS:-5}" ;;
 ncu)
-    step ncu 560 python3 benchmarks/ncu_profile.py --out "$work/ncu_h200" --timeout 550 \
+    step ncu 560 python3 benchmarks/ncu_profile.py --out "$work/ncu_$dev" --timeout 550 \
         --families "${NCU_FAMILIES:-c4_compress,indexer_q,dequant_gather,c128_compress,rowquant}" ;;
 final7)  # GPU numerics of rowquant, K3, K8 (C128), C4, the launch plans and the store hooks
-    step rowquant_check 40 python3 benchmarks/verify_backends.py --commit "${DSV4KIT_COMMIT:-unknown}" --out "$work/backends_h200"
-    step k3_check 40 python3 benchmarks/dequant_gather_gpu_check.py --out "$work/dequant_gather_h200" --cases 60
-    step c128_check 80 python3 benchmarks/c128_compress_gpu_check.py --out "$work/c128_compress_h200" --cases 30
-    step c4_check 175 python3 benchmarks/c4_compress_gpu_check.py --out "$work/c4_compress_h200/check.json" \
+    step rowquant_check 40 python3 benchmarks/verify_backends.py --commit "${DSV4KIT_COMMIT:-unknown}" --out "$work/backends_$dev"
+    step k3_check 40 python3 benchmarks/dequant_gather_gpu_check.py --out "$work/dequant_gather_$dev" --cases 60
+    step c128_check 80 python3 benchmarks/c128_compress_gpu_check.py --out "$work/c128_compress_$dev" --cases 30
+    step c4_check 175 python3 benchmarks/c4_compress_gpu_check.py --out "$work/c4_compress_$dev/check.json" \
         --cases 30 --no-recip-weights
-    step launch_plans 45 python3 benchmarks/launch_plans_gpu_check.py --out "$work/launch_plans_h200"
-    step encoders_check 70 python3 benchmarks/encoders_gpu_check.py --out "$work/encoders_h200" --cases-per-encoder 48 ;;
+    step launch_plans 45 python3 benchmarks/launch_plans_gpu_check.py --out "$work/launch_plans_$dev"
+    step encoders_check 70 python3 benchmarks/encoders_gpu_check.py --out "$work/encoders_$dev" --cases-per-encoder 48 ;;
 final8)  # GPU numerics of K1/K2, then the K1/K2, store-hook (out of L2 at T = 524288) and K3 sweeps
-    step indexer_q_check 80 python3 benchmarks/indexer_q_gpu_check.py --out "$work/indexer_q_h200" --cases 30
+    step indexer_q_check 80 python3 benchmarks/indexer_q_gpu_check.py --out "$work/indexer_q_$dev" --cases 30
     bench_step indexer_q 120
     bench_step store_rows 240
     bench_step dequant_gather 70 ;;
@@ -70,7 +70,7 @@ final10)  # the sweeps of rowquant, K4, K7, then the host table
     bench_step c128_compress 70
     host_step 60 ;;
 shapes)  # the CuTeDSL store hooks' rows per warp (a sweep, not a record the kit reads)
-    step store_cute_shapes 100 python3 benchmarks/shape_tuning.py store-cute --out "$work/shape_tuning_h200" ;;
+    step store_cute_shapes 100 python3 benchmarks/shape_tuning.py store-cute --out "$work/shape_tuning_$dev" ;;
 *) echo "unknown phase $phase ($usage)" >&2; exit 2 ;;
 esac
 session_end
