@@ -2,7 +2,7 @@
 """K5, K6, K9 (the C4 compressors) on a GPU: both backends judged against the reference (numerics only).
 
     python3 benchmarks/c4_compress_gpu_check.py --out DIR_OR_FILE.json [--cases 60] [--large 16384,65536]
-        [--no-cpu-reference] [--no-recip-weights]
+        [--no-cpu-reference]
     python3 benchmarks/c4_compress_gpu_check.py --out DIR_OR_FILE.json --cpu-smoke    # its paths, on CPU
 
 Bandwidth is not measured here: ``python3 -m dsv4kit bench --family c4_compress`` times K5 / K6 / K9
@@ -26,10 +26,6 @@ the bytes model :func:`dsv4kit.bench.c4_compress_bytes`.
    compressor rule of §2.12 (decoded values, term-magnitude allowance, step budget, scale bytes;
    every other byte of the cache BIT-EXACT) and counts bit-identical elements. The CUDA reference
    is also judged against the CPU one (how far two conforming references are apart).
-3. Unless ``--no-recip-weights``: the CuTeDSL kernel compiled with ``IEEE_WEIGHTS`` off (weights
-   ``e_j * fl(1 / S)`` instead of ``e_j / S``: 8 divisions fewer per column; compiled before the
-   counters) is run once on each large case and judged by the same rule, as information (not part
-   of the pass / fail).
 
 Prints, per op / backend / reference: cases conforming, violations, bit-identical elements /
 total; writes everything as JSON to ``--out`` (a ``.json`` file, or a directory that gets
@@ -39,8 +35,8 @@ on CPU, Triton under the interpreter (``cpu_platform("sm_90a")``) only, 2 random
 first also at an odd block stride) and one small production-layout case per op (T = 64, four
 requests from position 0, in order; set "large"), judged against the CPU reference by the same
 judge. Skipped there, and said so in the log and in the JSON's ``skipped``: the CuTeDSL backend, the
-CUDA reference and its judgement against the CPU one, the recip-weights variant and CuTeDSL's
-compile counter. Triton's counter still runs but counts nothing under the interpreter).
+CUDA reference and its judgement against the CPU one, and CuTeDSL's compile counter. Triton's
+counter still runs but counts nothing under the interpreter).
 """
 
 from __future__ import annotations
@@ -61,8 +57,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dsv4kit.bench import no_cuda_for, provenance, write_json  # noqa: E402
 from dsv4kit.kernels.c4_compress import SPECS, C4CompressConfig  # noqa: E402
 from dsv4kit.kernels.c4_compress.cases import OPS, C4Case, cpu_copy, judge, make_case, random_case  # noqa: E402
-from dsv4kit.kernels.c4_compress.reference import check_c4_inputs  # noqa: E402
-from dsv4kit.kernels.c4_compress.spec import compress_operands  # noqa: E402
 
 BACKENDS = ("triton", "cutedsl")
 CONFIGS = [C4CompressConfig(cache_dtype=d, indexer_cache_dtype=i, norm_weight_dtype=w)
@@ -73,10 +67,6 @@ FORMATS = (("c4_compress_ds_mla", {}, "E1 fp8_ds_mla"), ("c4_compress_plain", {}
            ("c4_compress_plain", {"fp8_scale": 0.37}, "E3 e4m3 rows"),
            ("indexer_compress", {"use_fp4": False}, "E4 indexer FP8"),
            ("indexer_compress", {"use_fp4": True}, "E5 indexer MXFP4"))
-_STATE_ARGS = ("state_cache", "token_to_req", "positions", "slot_mapping", "block_table", "state_block_size",
-               "rms_norm_weight", "rms_norm_eps", "cos_sin_cache")
-_PER_CALL = ("token_to_req", "positions", "slot_mapping", "block_table", "rms_norm_weight", "cos_sin_cache",
-             "kv_slot_mapping")
 
 #: ``--cpu-smoke``: the interpreter's arch, the T of the production-layout case and its formats
 #: (one per op: E1, E2, E4).
@@ -86,7 +76,6 @@ SMOKE_FORMATS = tuple(next(f for f in FORMATS if f[0] == op) for op in OPS)
 SMOKE_SKIPPED = (
     "cutedsl backend: CuTeDSL kernels run only on a GPU",
     "CUDA reference: no CUDA device (every case is judged against the CPU reference only)",
-    "cutedsl recip-weights variant (IEEE_WEIGHTS off): CuTeDSL runs only on a GPU",
     "CuTeDSL compile counter: no CuTeDSL backend runs (compiles_after_warmup.cutedsl is null); "
     "Triton's counter runs but the interpreter never compiles (it counts 0 by construction)",
 )
@@ -226,62 +215,6 @@ def check_case(case: C4Case, cpu_ref: bool, device: str = "cuda", backends: tupl
     return recs, wants
 
 
-# ------------------------------------------------------------------------ the CuTeDSL recip-weights variant
-
-
-def recip_executors(result: dict[str, Any]) -> dict[tuple[str, Any], Any]:
-    """CuTeDSL executors of every warmup key with ``ieee = False`` (``IEEE_WEIGHTS`` off)."""
-    try:
-        import cutlass.cute as cute
-
-        from dsv4kit.backends.cutedsl import compile_options
-        from dsv4kit.kernels.c4_compress import cutedsl as c4_cute
-    except ImportError as exc:
-        log(f"cutedsl unavailable: {exc}")
-        return {}
-    out = {}
-    for op in OPS:
-        k = SPECS[op].kernel(device="cuda", backend="cutedsl")
-        for key in dict.fromkeys(key for cfg in CONFIGS for key in k.get_warmup_keys(cfg)):
-            fakes = list(k.warmup_inputs(key))
-            fakes[-1] = False
-            out[op, key] = cute.compile(c4_cute.c4_compress_host, *fakes,
-                                        options=compile_options(k.target, k.tvm_ffi))
-    result["recip_variant_keys"] = [f"{op} {key}" for op, key in out]
-    return out
-
-
-def judge_recip(case: C4Case, recip: dict, wants: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
-    """The CuTeDSL recip-weights variant (``IEEE_WEIGHTS`` off) run once on ``case`` with the launch
-    arguments the op builds, judged against the references (information)."""
-    r = case.fresh("cuda")
-    a = r.args
-    t = int(a["positions"].numel())
-    k = SPECS[case.op].kernel(device="cuda", backend="cutedsl")
-    kw = {n: a[n] for n in ("rms_norm_weight", "state_cache", "cos_sin_cache")}
-    if case.op == "c4_compress_plain":
-        kw["kv_cache"] = a["kv_cache"]
-    if case.op == "indexer_compress":
-        kw["use_fp4_cache"] = a["use_fp4_cache"]
-    key = k.dispatch(**kw)
-    if (case.op, key) not in recip:
-        return []
-    _, eps = check_c4_inputs(k.name, case.op, *(a[n] for n in _STATE_ARGS), r.cache,
-                             a["kv_slot_mapping"], a.get("fp8_scale"), a.get("use_fp4_cache"))
-    ops = compress_operands(k.name, a["state_cache"], a["block_table"], r.cache, a.get("fp8_scale"), eps, t)
-    recip[case.op, key](*k.launch_args(key, *(a[n] for n in _PER_CALL), ops, t))
-    torch.cuda.synchronize()
-    got = cpu_copy(r.cache)
-    out = []
-    for ref, want in wants.items():
-        out.append({"op": case.op, "case": case.label, "reference": ref, **verdict_record(case, got, want)})
-        log(f"  cutedsl recip weights vs {ref}-ref: {'conforms' if out[-1]['ok'] else 'FAILS'}, "
-            f"{out[-1]['bit_identical']}/{out[-1]['elements']} bit-identical")
-    del r
-    torch.cuda.empty_cache()
-    return out
-
-
 # ------------------------------------------------------------------------ main
 
 
@@ -332,13 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--large", default="16384,65536",
                     help="comma-separated T of the large cases ('' for none)")
     ap.add_argument("--no-cpu-reference", action="store_true", help="judge against the CUDA reference only")
-    ap.add_argument("--no-recip-weights", action="store_true",
-                    help="skip the CuTeDSL variant with IEEE_WEIGHTS off (judged on the large cases, "
-                         "information)")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help=f"CPU, Triton interpreter ({SMOKE_ARCH}) only: 2 random cases per op and one "
                          f"production-layout case per op (T={SMOKE_LARGE_T}), CPU reference only; no "
-                         "CuTeDSL, no CUDA reference, no recip-weights variant (tests this script)")
+                         "CuTeDSL, no CUDA reference (tests this script)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out = out if out.suffix == ".json" else out / "c4_compress_gpu_check.json"
@@ -350,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpu_smoke:
         from dsv4kit.platform import cpu_platform
 
-        args.cases, args.large, args.no_recip_weights = 2, "", True
+        args.cases, args.large = 2, ""
         device, backends, platform = "cpu", ("triton",), cpu_platform(SMOKE_ARCH)
         result: dict[str, Any] = {"provenance": provenance({"cpu_smoke": True, "arch": platform.arch}),
                                   "args": vars(args), "cpu_smoke": True, "skipped": list(SMOKE_SKIPPED)}
@@ -384,12 +314,8 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"warmup {backend} {op}: FAILED {type(exc).__name__}: {exc}")
     result["warmup"] = warm
 
-    # 2. numerics (3. the recip-weights variant inside the same compile counters)
-    # The CuTeDSL kernel with IEEE_WEIGHTS off (weights e * fl(1 / S)): compiled here, before the
-    # counters, to be judged next to the shipped one on the large cases (information).
-    recip = {} if args.no_recip_weights else recip_executors(result)
+    # 2. numerics
     records: list[dict[str, Any]] = []
-    variants: list[dict[str, Any]] = []
     run = {"device": device, "backends": backends, "platform": platform}
     with count_triton_compiles() as tc, _cute_counter("cutedsl" in backends) as cc:
         for op in OPS:
@@ -407,16 +333,11 @@ def main(argv: list[str] | None = None) -> int:
         for case in (large_cases([SMOKE_LARGE_T], SMOKE_FORMATS, (4,)) if args.cpu_smoke
                      else large_cases(sizes)):
             t0 = time.perf_counter()
-            recs, wants = check_case(case, not args.no_cpu_reference, **run)
-            records += recs
+            records += check_case(case, not args.no_cpu_reference, **run)[0]
             log(f"{case.label}: judged in {time.perf_counter() - t0:.1f} s")
-            if recip:
-                variants += judge_recip(case, recip, wants)
-            del wants
     cute_count = None if cc is None else cc.count
     result["compiles_after_warmup"] = {"triton": tc.count, "cutedsl": cute_count}
     result["cases"] = records
-    result["cutedsl_recip_weights"] = variants
     result["summary"] = summarize(records)
     log(f"compiles after warmup: triton {tc.count}, cutedsl {cute_count}")
     kernels_ok = all(r["ok"] for r in records if r["backend"] in BACKENDS)

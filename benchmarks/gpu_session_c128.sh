@@ -16,7 +16,7 @@ numerics_perf)
     step c128_check 420 python3 benchmarks/c128_compress_gpu_check.py --out "$work/c128_compress_h200" ;;
 c4)
     step c4_check 300 python3 benchmarks/c4_compress_gpu_check.py --out "$work/c4_compress_h200/check.json" \
-        --cases 50 --no-recip-weights
+        --cases 50
     step c4_bandwidth 250 python3 -m dsv4kit bench --family c4_compress --rep-ms 60 \
         --json "$work/bench_h200/c4_compress.json" --plot "$work/bench_h200/c4_compress.png" ;;
 replay)

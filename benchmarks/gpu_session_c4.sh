@@ -13,7 +13,7 @@ case $phase in
 numerics)
     step encoders 230 python3 benchmarks/encoders_gpu_check.py --out "$work/encoders_h200" --cases-per-encoder 50
     step c4_check 320 python3 benchmarks/c4_compress_gpu_check.py --out "$work/c4_compress_h200/check.json" \
-        --cases 50 --no-recip-weights ;;
+        --cases 50 ;;
 perf)
     step c4_bandwidth 260 python3 -m dsv4kit bench --family c4_compress --rep-ms 60 \
         --json "$work/bench_h200/c4_compress.json" --plot "$work/bench_h200/c4_compress.png"

@@ -54,10 +54,13 @@ K8a; the runtime values are passed too, equal by dispatch, and ignored); K8b pas
 runtime.
 
 Numerics. Every product and sum is an ``.rn`` instruction (never contracted into an FMA);
-``exp`` is :func:`~dsv4kit.kernels.c4_compress.cutedsl.exp_f32` (``.rn`` operations, within 1
-ulp); the one division per column is ``div.rn.f32``. K7 follows the FP32 rule: the pooled value
-``fl(A / S)`` differs from the reference's ``sum_j fl(e_j / S) k_j`` only by rounding (about 24
-roundings on terms bounded by ``max_j |k_j|``, far inside ``1e-5 max_j |k_j|``). K8 computes
+``exp`` is :func:`~dsv4kit.kernels.c4_compress.cutedsl.exp_f32`, Triton's ``tl.exp``
+(``ex2.approx.f32`` of ``fl(x log2 e)``: the spec allows approximate exp2 in K7; it replaced a
+25-instruction exact exp); the one division per column is ``div.rn.f32``. K7 follows the FP32
+rule: the pooled value ``fl(A / S)`` differs from the reference's ``sum_j fl(e_j / S) k_j`` by
+rounding (about 24 roundings on terms bounded by ``max_j |k_j|``) and by the exp's error (2 ulp,
+plus ``|x| 2^-24`` relative from rounding ``x log2 e``: a weighted mean of ``|x|`` of a few units
+times ``2^-24``), both far inside ``1e-5 max_j |k_j|``. K8 computes
 exactly the reference's sequence except the order of the sum of squares (compressor rule); the
 encode step is the store hooks' routine, bit-exact given y.
 

@@ -16,8 +16,8 @@ token (slot >= 0, kv slot >= 0, ``(p + 1) % 4 == 0``); other CTAs exit. Then:
    exactly 0, and they are left out of the sum (adding their +0 products to the +0 start would
    change no bit).
 2. Pooling (:func:`pool_column`): thread ``x`` issues its column's 8 score and 8 kv loads at once,
-   then ``m = max_j s_j``, ``e_j = exp(s_j - m)``, ``S = sum_j e_j``, ``w_j = fl(e_j / S)``,
-   ``c = sum_j w_j * k_j`` (sums in row order j = 0..7 from +0), into shared memory (``D`` fp32).
+   then ``m = max_j s_j``, ``e_j = exp(s_j - m)``, ``S = sum_j e_j``, ``A = sum_j fl(e_j k_j)``
+   (sums in row order j = 0..7 from +0), ``c = div.rn(A, S)``, into shared memory (``D`` fp32).
 3. One barrier; warp 0 reads the row back so that lane ``l`` holds dims ``[l * EPT, (l + 1) *
    EPT)`` (``EPT = D / 32``), the calling convention of ``encode_store``, and runs steps 4.-6.
 
@@ -37,8 +37,8 @@ consecutive positions, so a warp usually has one boundary token. Launch bound
    bytes (16-byte vectors when ``block_stride % 4 == 0``, the usual case, since the state base
    is 16-byte aligned and all other row offsets are multiples of 4 elements; element loads
    otherwise, a warp-uniform runtime branch). Per chunk: the 8 x 4 scores, then per column the
-   same softmax and weighted sum as above; kv rows 0..3 are loaded before the divisions and
-   summed, then rows 4..7 (at most 32 weights + 16 kv live: what fits the 80 registers).
+   same softmax and weighted sum as above; kv rows 0..3 are loaded before the exps are summed
+   and accumulated, then rows 4..7 (at most 32 exps + 16 kv live: what fits the 80 registers).
 3. Head 512: the chunks' pooled values go through shared memory (2 KiB per warp) so that lane
    ``l`` ends up holding dims ``[16 l, 16 l + 16)``. Head 128: the chunk is already that layout.
 
@@ -57,16 +57,20 @@ Then, both kernels, by one warp per token:
 6. ``encode_store`` with the key's encoder (E1; E2 / E3; E4 / E5), the very routine the store
    hooks run.
 
-Numerics, the same in both kernels: every product and sum is an ``.rn`` instruction (never
-contracted into an FMA), the weights ``div.rn.f32`` (IEEE division, :data:`IEEE_WEIGHTS`) and the
-norm ``sqrt.rn.f32`` / ``div.rn.f32``, as the reference computes them. ``exp`` is :func:`exp_f32`,
-written out with ``.rn`` operations (no ``ex2.approx``): Cody-Waite reduction and a degree-7
-polynomial, at most 1 ulp from the exact value (about 90 % correctly rounded, subnormal results
-included); 2^k is applied with one integer add and one multiply. The 8-row sums run in the
-reference's order (j = 0..7, as PyTorch's CPU reduction); the norm's sum of squares (lane order,
-then a butterfly) and exp may differ from the reference in the last bit, so results follow the
-compressor rule of §2.12 (typically bit-identical on nearly every encoded element). The encode
-step is bit-exact given y.
+Numerics, the same in both kernels and the same as the Triton kernels': every product and sum
+is an ``.rn`` instruction (never contracted into an FMA); ``exp`` is :func:`exp_f32`, Triton's
+``tl.exp`` (``ex2.approx.f32`` of ``fl(x log2 e)``: the spec allows approximate exp2 in the
+compressors); one IEEE division per column, ``c = div.rn(sum_j fl(e_j k_j), S)``, where the
+reference divides each weight ``e_j / S`` (another rounding of the same value); the norm
+``sqrt.rn.f32`` / ``div.rn.f32`` as the reference. The 8-row sums run in the reference's order
+(j = 0..7, as PyTorch's CPU reduction). So the pooled value differs from the reference's by a few
+fp32 roundings and results follow the compressor rule of §2.12 (its allowance, ``2^-16`` of the
+term magnitude, holds: ``ex2.approx`` is within 2 ulp, and rounding ``x log2 e`` moves a weight by
+at most ``|x| 2^-24`` relative, under ``2^-17`` for every ``x`` above the exp's underflow). Why not
+exact: a Cody-Waite exp from ``.rn`` operations (about 25 instructions) and an IEEE division per
+weight (8 per column) were more than half of the kernels' instructions (static SASS per thread,
+``benchmarks/sass_mix.py``: K5 at T = 262144 5300 -> 2180, K9 1727 -> 831). The encode step is
+bit-exact given y.
 
 One compile per key serves every T, number of requests, block-table width, state pool (blocks,
 block stride, sbs), cache (pages, kv_bs, page stride) and norm weight of the key's dtype.
@@ -79,7 +83,7 @@ from typing import Any
 import cutlass
 import cutlass.cute as cute
 import torch
-from cutlass import BFloat16, Float32, Int32, Int64, Uint8, Uint32
+from cutlass import BFloat16, Float32, Int32, Int64, Uint8
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
@@ -95,14 +99,10 @@ from dsv4kit.kernels.cute_numerics import add_rn, mul_rn, sub_rn
 from dsv4kit.kernels.encoders.cutedsl import cache_align, div_rn, elems_per_lane, encode_store
 from dsv4kit.kernels.encoders.spec import key_encoder
 
-__all__ = ["CTA_MIN_CTAS_PER_SM", "CTA_PER_TOKEN_UP_TO", "IEEE_WEIGHTS", "TOKENS_PER_WARP", "WARPS",
+__all__ = ["CTA_MIN_CTAS_PER_SM", "CTA_PER_TOKEN_UP_TO", "TOKENS_PER_WARP", "WARPS",
            "WARP_MIN_CTAS_PER_SM", "C4CompressDsMlaCuTeDSL", "C4CompressPlainCuTeDSL",
            "IndexerCompressCuTeDSL", "c4_compress_host", "cta_per_token", "exp_f32", "launch_grid",
            "norm_rope", "pool_column", "pool_norm_rope", "sqrt_rn"]
-
-#: Softmax weights by IEEE division ``div.rn(e_j, S)``, as the reference (else ``fl(e_j * fl(1 / S))``,
-#: 8 divisions fewer per column; also within the compressor rule). A compile-time choice.
-IEEE_WEIGHTS = True
 
 #: The decode kernel (a CTA per token) runs up to this many tokens, the prefill kernel above. Measured
 #: on the H200 (``benchmarks/results/c4_split_h200``): the decode kernel wins up to T = 2048 (head 512:
@@ -124,21 +124,6 @@ _ROWS = 8                    # the C4 window: 4 previous rows (half A) + 4 curre
 _CHUNK = 128                 # prefill: columns per pooling chunk, 32 lanes x 4
 _NORM_DTYPES = {"bfloat16": BFloat16, "float32": Float32}
 
-# exp_f32 constants (fp32 by their bits).
-_LOG2E_BITS = 0x3FB8AA3B     # fl(log2(e))
-_MAGIC_BITS = 0x4B400000     # 1.5 * 2^23: x + MAGIC rounds x to an integer (|x| < 2^22)
-_EXP_BIAS = 64               # exp_f32 builds v * 2^(k + 64) (normal for every k >= -150), then * 2^-64
-_MAGIC_K_BITS = _MAGIC_BITS + _EXP_BIAS     # fl(x + MAGIC + 64) has the bits MAGIC + k + 64
-_L2U_BITS = 0x3F317200       # 0.693145751953125: ln 2 to 15 bits (k * L2U exact for |k| <= 255)
-_L2L_BITS = 0x35BFBE8E       # fl(ln 2 - L2U)
-_EXP_MIN = -104.0            # exp(x) rounds to 0 below this (and at it)
-#: Minimax coefficients of (exp(r) - 1 - r) / r^2 on |r| <= ln(2) / 2, highest first (SLEEF's expf).
-_EXP_POLY = (0x39502BDA, 0x3AB696C9, 0x3C0888A6, 0x3D2AAA7A, 0x3E2AAAAB, 0x3F000000)
-
-
-def _f32(bits: int) -> Float32:
-    return Uint32(bits).bitcast(Float32)
-
 
 @dsl_user_op
 def sqrt_rn(a: Float32, *, loc=None, ip=None) -> Float32:
@@ -158,28 +143,24 @@ def sqrt_rn(a: Float32, *, loc=None, ip=None) -> Float32:
     )
 
 
-@cute.jit
-def exp_f32(x: Float32) -> Float32:
-    """``exp(x)`` for ``x <= 0`` (-inf included) from ``.rn`` operations only; within 1 ulp.
-
-    ``k = rint(x log2 e)``, ``r = fl(fl(x - k L2U) - fl(k L2L))`` (the first difference is exact),
-    ``v = 1 + fl(r + r^2 u(r))`` (SLEEF's polynomial, evaluated without FMA), then ``fl(v * 2^k)``:
-    ``v * 2^(k + 64)`` by adding ``(k + 64) << 23`` to the bits of ``v`` (exact: normal for every
-    ``k >= -150``), times ``2^-64`` (one rounding: subnormal results are correctly rounded from
-    ``v``). ``x <= -104``: 0. The integer ``k + 64`` comes with the rounding itself: ``x log2 e +
-    (MAGIC + 64)`` has the bits ``MAGIC + k + 64``, and ``MAGIC << 23`` is 0 in 32 bits, so one shift-add
-    (LEA) forms the product's bits. The same values as ``v * 2^max(k, -125) * 2^(k - max(k, -125))``.
-    """
-    xc = cute.arch.fmax(x, Float32(_EXP_MIN))
-    t = add_rn(mul_rn(xc, _f32(_LOG2E_BITS)), _f32(_MAGIC_K_BITS))
-    kf = sub_rn(t, _f32(_MAGIC_K_BITS))
-    r = sub_rn(sub_rn(xc, mul_rn(kf, _f32(_L2U_BITS))), mul_rn(kf, _f32(_L2L_BITS)))
-    u = _f32(_EXP_POLY[0])
-    for c in _EXP_POLY[1:]:
-        u = add_rn(mul_rn(u, r), _f32(c))
-    v = add_rn(Float32(1.0), add_rn(r, mul_rn(mul_rn(r, r), u)))
-    scaled = (v.bitcast(Uint32) + (t.bitcast(Uint32) << Uint32(23))).bitcast(Float32)
-    return mul_rn(scaled, _f32((127 - _EXP_BIAS) << 23))
+@dsl_user_op
+def exp_f32(x: Float32, *, loc=None, ip=None) -> Float32:
+    """``exp(x)`` as Triton's ``tl.exp`` computes it on the GPU: ``ex2.approx.f32(fl(x * fl(log2 e)))``
+    (the same two PTX instructions, so both backends weigh a row alike). ``x <= 0`` here (-inf: +0);
+    ``ex2.approx`` is within 2 ulp and keeps subnormal results (no ``.ftz``)."""
+    return Float32(
+        llvm.inline_asm(
+            T.f32(),
+            [Float32(x).ir_value(loc=loc, ip=ip)],
+            "{ .reg .f32 t;\nmul.rn.f32 t, $1, 0f3FB8AA3B;\nex2.approx.f32 $0, t; }",
+            "=f,f",
+            has_side_effects=False,
+            is_align_stack=False,
+            asm_dialect=llvm.AsmDialect.AD_ATT,
+            loc=loc,
+            ip=ip,
+        )
+    )
 
 
 @cute.jit
@@ -199,8 +180,8 @@ def _row_offsets(mBT: cute.Tensor, req: Int32, p: Int64, sbs: Int32, block_strid
 
 
 @cute.jit
-def _pool_rows(mState: cute.Tensor, mine: Int64, col: Int64, j0: cutlass.Constexpr, D: cutlass.Constexpr,
-               ieee: cutlass.Constexpr) -> Float32:
+def _pool_rows(mState: cute.Tensor, mine: Int64, col: Int64, j0: cutlass.Constexpr,
+               D: cutlass.Constexpr) -> Float32:
     """Column ``col`` pooled over window rows ``j0 .. 7`` (rows below ``j0`` have score -inf, weight
     exactly 0: neither read nor summed, since their +0 products would change no bit of the +0 start).
     Every score and kv load of the column is issued before the first use (16 loads in flight)."""
@@ -216,30 +197,26 @@ def _pool_rows(mState: cute.Tensor, mine: Int64, col: Int64, j0: cutlass.Constex
     for j in cutlass.range_constexpr(1, _ROWS):
         m = cute.arch.fmax(m, sv[j])
     total = Float32(0.0)
-    for j in cutlass.range_constexpr(_ROWS):
+    acc = Float32(0.0)
+    for j in cutlass.range_constexpr(j0, _ROWS):          # rows below j0: exp = +0, a +0 term
         sv[j] = exp_f32(sub_rn(sv[j], m))
         total = add_rn(total, sv[j])
-    inv = Float32(0.0)
-    if cutlass.const_expr(not ieee):
-        inv = div_rn(Float32(1.0), total)
-    c = Float32(0.0)
     for j in cutlass.range_constexpr(j0, _ROWS):
-        w = div_rn(sv[j], total) if cutlass.const_expr(ieee) else mul_rn(sv[j], inv)
-        c = add_rn(c, mul_rn(w, kv[j]))
-    return c
+        acc = add_rn(acc, mul_rn(sv[j], kv[j]))
+    return div_rn(acc, total)
 
 
 @cute.jit
-def pool_column(mState: cute.Tensor, mine: Int64, col: Int64, full: cutlass.Boolean, D: cutlass.Constexpr,
-                ieee: cutlass.Constexpr) -> Float32:
+def pool_column(mState: cute.Tensor, mine: Int64, col: Int64, full: cutlass.Boolean,
+                D: cutlass.Constexpr) -> Float32:
     """The pooled value of column ``col`` of the boundary token whose row offsets ``mine`` holds
-    (:func:`_row_offsets`): ``sum_j fl(w_j * k_j)`` in row order from +0 with ``w_j = div.rn(e_j, S)``
-    (``ieee``) or ``fl(e_j * div.rn(1, S))``. ``full``: ``p >= 7`` (else rows 0..3 do not exist)."""
+    (:func:`_row_offsets`): ``div.rn(sum_j fl(e_j * k_j), S)``, sums in row order from +0.
+    ``full``: ``p >= 7`` (else rows 0..3 do not exist)."""
     c = Float32(0.0)
     if full:
-        c = _pool_rows(mState, mine, col, 0, D, ieee)
+        c = _pool_rows(mState, mine, col, 0, D)
     else:
-        c = _pool_rows(mState, mine, col, 4, D, ieee)
+        c = _pool_rows(mState, mine, col, 4, D)
     return c
 
 
@@ -272,23 +249,22 @@ def _load_vec_or_elems(mState: cute.Tensor, mine: Int64, col: Int64, vec_ok: cut
 
 
 @cute.jit
-def _accumulate(c: cute.Tensor, w: cute.Tensor, k: cute.Tensor, j0: cutlass.Constexpr):
-    """``c_i = fl(c_i + fl(w[i, j] * k[i, j - j0]))`` for rows ``j = j0 .. j0 + 3``, in row order."""
+def _accumulate(c: cute.Tensor, e: cute.Tensor, k: cute.Tensor, j0: cutlass.Constexpr):
+    """``c_i = fl(c_i + fl(e[i, j] * k[i, j - j0]))`` for rows ``j = j0 .. j0 + 3``, in row order."""
     for i in cutlass.range_constexpr(4):
         for j in cutlass.range_constexpr(j0, j0 + 4):
-            c[i] = add_rn(c[i], mul_rn(w[i, j], k[i, j - j0]))
+            c[i] = add_rn(c[i], mul_rn(e[i, j], k[i, j - j0]))
 
 
 @cute.jit
 def _pool_chunk(mState: cute.Tensor, mine: Int64, col: Int64, full: cutlass.Boolean,
-                vec_ok: cutlass.Boolean, out: cute.Tensor, D: cutlass.Constexpr, ieee: cutlass.Constexpr):
-    """Pool the lane's 4 columns ``col .. col + 3`` over the window into ``out``; weights
-    ``div.rn(e_j, S)`` (``ieee``) or ``fl(e_j * div.rn(1, S))``. ``mine``: the state offset of row
-    ``lane % 8``.
+                vec_ok: cutlass.Boolean, out: cute.Tensor, D: cutlass.Constexpr):
+    """Pool the lane's 4 columns ``col .. col + 3`` over the window into ``out``: ``div.rn(sum_j
+    fl(e_j * k_j), S)`` per column. ``mine``: the state offset of row ``lane % 8``.
 
-    Registers (occupancy): kv comes 4 rows at a time, so that at most 32 scores / weights + 16 kv
+    Registers (occupancy): kv comes 4 rows at a time, so that at most 32 scores / exps + 16 kv
     are live, never 32 scores + 32 kv: the scores first, then kv rows 0..3 (in flight during the
-    divisions), then rows 4..7 once rows 0..3 are summed. At p = 3 the first kv load takes rows
+    exps), then rows 4..7 once rows 0..3 are summed. At p = 3 the first kv load takes rows
     4..7 and rows 0..3 (score -inf, weight 0) are neither read nor summed: their products would add
     +0 to the +0 start, so every value is the same, bit for bit.
     """
@@ -301,6 +277,10 @@ def _pool_chunk(mState: cute.Tensor, mine: Int64, col: Int64, full: cutlass.Bool
         _load_vec_or_elems(mState, mine, col, vec_ok, sv, 2 * D, 0, _ROWS, 0)
     else:
         _load_vec_or_elems(mState, mine, col, vec_ok, sv, 2 * D, 4, _ROWS, 0)
+    if full:
+        _load_vec_or_elems(mState, mine, col, vec_ok, kv, 0, 0, 4, 0)
+    else:
+        _load_vec_or_elems(mState, mine, col, vec_ok, kv, 0, 4, _ROWS, 4)
     total = cute.make_rmem_tensor(4, Float32)
     for i in cutlass.range_constexpr(4):
         m = sv[i, 0]
@@ -310,12 +290,6 @@ def _pool_chunk(mState: cute.Tensor, mine: Int64, col: Int64, full: cutlass.Bool
         for j in cutlass.range_constexpr(_ROWS):
             sv[i, j] = exp_f32(sub_rn(sv[i, j], m))
             total[i] = add_rn(total[i], sv[i, j])
-    if full:
-        _load_vec_or_elems(mState, mine, col, vec_ok, kv, 0, 0, 4, 0)
-    else:
-        _load_vec_or_elems(mState, mine, col, vec_ok, kv, 0, 4, _ROWS, 4)
-    _weights(sv, total, 0, ieee)
-    _weights(sv, total, 4, ieee)
     c = cute.make_rmem_tensor(4, Float32)
     for i in cutlass.range_constexpr(4):
         c[i] = Float32(0.0)
@@ -324,27 +298,13 @@ def _pool_chunk(mState: cute.Tensor, mine: Int64, col: Int64, full: cutlass.Bool
         _load_vec_or_elems(mState, mine, col, vec_ok, kv, 0, 4, _ROWS, 4)
     _accumulate(c, sv, kv, 4)
     for i in cutlass.range_constexpr(4):
-        out[i] = c[i]
-
-
-@cute.jit
-def _weights(sv: cute.Tensor, total: cute.Tensor, j0: cutlass.Constexpr, ieee: cutlass.Constexpr):
-    """Rows ``j0 .. j0 + 3`` of ``sv`` (exp values) to weights in place: ``div.rn(e, S)`` or
-    ``fl(e * div.rn(1, S))``."""
-    for i in cutlass.range_constexpr(4):
-        if cutlass.const_expr(ieee):
-            for j in cutlass.range_constexpr(j0, j0 + 4):
-                sv[i, j] = div_rn(sv[i, j], total[i])
-        else:
-            inv = div_rn(Float32(1.0), total[i])
-            for j in cutlass.range_constexpr(j0, j0 + 4):
-                sv[i, j] = mul_rn(sv[i, j], inv)
+        out[i] = div_rn(c[i], total[i])
 
 
 @cute.jit
 def pool_norm_rope(mState: cute.Tensor, mBT: cute.Tensor, mNW: cute.Tensor, mCS: cute.Tensor,
                    sRow: cute.Tensor, req: Int32, p: Int64, sbs: Int32, block_stride: Int64,
-                   bt_stride: Int64, eps: Float32, D: cutlass.Constexpr, ieee: cutlass.Constexpr = True):
+                   bt_stride: Int64, eps: Float32, D: cutlass.Constexpr):
     """The fp32 row y of the boundary token at position ``p`` of request ``req``, in the
     calling convention of ``encode_store``: lane ``l`` holds dims ``[l * EPT, (l + 1) * EPT)``
     (``EPT = D / 32``). Called by the whole warp (``p``, ``req`` warp-uniform). ``sRow``: the
@@ -360,13 +320,13 @@ def pool_norm_rope(mState: cute.Tensor, mBT: cute.Tensor, mNW: cute.Tensor, mCS:
     # 2./3. Pooling, chunk by chunk; head 512 re-lays the row out through shared memory.
     y = cute.make_rmem_tensor(ept, Float32)
     if cutlass.const_expr(nchunks == 1):
-        _pool_chunk(mState, mine, Int64(lane * 4), full, vec_ok, y, D, ieee)
+        _pool_chunk(mState, mine, Int64(lane * 4), full, vec_ok, y, D)
     else:
         cute.arch.sync_warp()                    # the previous token's reads of sRow are done
         for ch in cutlass.range(nchunks, unroll=1):
             cvals = cute.make_rmem_tensor(4, Float32)
             col = ch * _CHUNK + lane * 4
-            _pool_chunk(mState, mine, Int64(col), full, vec_ok, cvals, D, ieee)
+            _pool_chunk(mState, mine, Int64(col), full, vec_ok, cvals, D)
             dst = cute.make_tensor(sRow.iterator + cute.assume(col, divby=4), cute.make_layout(4))
             cute.autovec_copy(cvals, dst)
         cute.arch.sync_warp()
@@ -432,7 +392,6 @@ def _token_cta_kernel(
     page_stride: Int64,
     D: cutlass.Constexpr,
     enc: cutlass.Constexpr,
-    ieee: cutlass.Constexpr,
 ):
     """Decode: CTA ``b`` pools token ``b`` (thread = column), warp 0 norms and encodes it."""
     tidx, _, _ = cute.arch.thread_idx()
@@ -446,7 +405,7 @@ def _token_cta_kernel(
     p = mPos[t]                      # every thread reads the token (broadcast): a CTA-uniform test
     if mSlot[t] >= Int64(0) and mKvSlot[t] >= Int64(0) and (p & Int64(3)) == Int64(3):
         mine = _row_offsets(mBT, mReq[t], p, sbs, block_stride, bt_stride, D)
-        sRow[tidx] = pool_column(mState, mine, Int64(tidx), p >= Int64(_ROWS - 1), D, ieee)
+        sRow[tidx] = pool_column(mState, mine, Int64(tidx), p >= Int64(_ROWS - 1), D)
         cute.arch.sync_threads()
         if tidx < 32:
             y = cute.make_rmem_tensor(ept, Float32)
@@ -476,7 +435,6 @@ def _token_warp_kernel(
     page_stride: Int64,
     D: cutlass.Constexpr,
     enc: cutlass.Constexpr,
-    ieee: cutlass.Constexpr,
 ):
     """Prefill: warp ``w`` of CTA ``b`` pools, norms and encodes the live ones of its 4 tokens."""
     tidx, _, _ = cute.arch.thread_idx()
@@ -507,7 +465,7 @@ def _token_warp_kernel(
             ti_p = mPos[ti]
             ti_slot = mKvSlot[ti]
             y = pool_norm_rope(mState, mBT, mNW, mCS, sRow, mReq[ti], ti_p, sbs, block_stride, bt_stride, eps,
-                               D, ieee)
+                               D)
             encode_store(y, mCache, mScale, ti_slot, kv_bs, page_stride, enc, D // 64)
 
 
@@ -533,7 +491,6 @@ def c4_compress_host(
     stream: Any,
     D: cutlass.Constexpr,
     enc: cutlass.Constexpr,
-    ieee: cutlass.Constexpr = True,
 ):
     """Launch K5 / K6 / K9: ``per_token`` (:func:`cta_per_token`) 1: ``T`` CTAs of ``D`` threads;
     0: ``ceil(T / 16)`` CTAs of 128 threads (module docstring). Both carveouts are explicit (-1: the
@@ -541,7 +498,7 @@ def c4_compress_host(
     (compiles run without a GPU)."""
     n = mPos.shape[0]
     args = (mState, mReq, mPos, mSlot, mBT, mNW, mCS, mKvSlot, mCache, mScale, sbs, block_stride, bt_stride,
-            eps, kv_bs, page_stride, D, enc, ieee)
+            eps, kv_bs, page_stride, D, enc)
     if per_token == Int32(1):
         _token_cta_kernel(*args).launch(grid=[n, 1, 1], block=[D, 1, 1], stream=stream,
                                         min_blocks_per_mp=CTA_MIN_CTAS_PER_SM * 512 // D,
@@ -602,7 +559,6 @@ class _C4CompressCuTeDSL:
             fake_stream(self.tvm_ffi),
             key.head_size,
             enc,
-            IEEE_WEIGHTS,
         )
 
     def launch_args(self, key, token_to_req, positions, slot_mapping, block_table, rms_norm_weight,
