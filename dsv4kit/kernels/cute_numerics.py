@@ -2,9 +2,12 @@
 
 * ``mul_rn`` / ``add_rn`` / ``sub_rn`` emit ``.rn`` PTX, which ptxas never contracts into an
   FMA (rule 1: every product and sum rounded separately).
-* bf16 and E2M1 rounding use the same recipes as the Triton kernels
-  (:mod:`dsv4kit.kernels.triton_numerics`); e4m3 uses the hardware RNE conversion, which the
-  spec allows CuTeDSL (and which the GPU tests compare with the reference bit for bit).
+* bf16 rounding: the Triton kernels' integer recipe :func:`round_bf16` (fp32 in, fp32 out), or
+  the hardware RNE ``cvt.rn.bf16x2.f32`` (:func:`bf16x2_rn`, two values packed); e4m3 uses the
+  hardware RNE conversion. The spec allows CuTeDSL both (§2.1 rule 3), and the GPU tests compare
+  them with the reference bit for bit.
+* MXFP4 (§2.4): the block's scale byte and E2M1 codes on packed bf16x2 words
+  (:func:`mx_scale_byte`, :func:`e2m1_pair`, :func:`mxfp4_lane`), shared by K2 and E5.
 """
 
 from __future__ import annotations
@@ -106,16 +109,112 @@ def e4m3x4(y0: Float32, y1: Float32, y2: Float32, y3: Float32, *, loc=None, ip=N
     )
 
 
-@cute.jit
-def e2m1_code(v: Float32) -> Uint32:
-    """E2M1 code of ``v`` (sign in bit 3), RNE ties to even (§2.4): the Triton kernels' recipe.
+def _asm(ret, args, body: str, cons: str, loc=None, ip=None):
+    return llvm.inline_asm(ret, [a.ir_value(loc=loc, ip=ip) for a in args], body, cons,
+                           has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
+                           loc=loc, ip=ip)
 
-    ``C = binade(|v|, >= 1) * 2**22`` makes the fp32 add round |v| onto the E2M1 grid; then
-    ``bits(r) >> 22 = 2E + M`` is the code plus 252 for r >= 1, 252 for 0.5 and 0 for 0.
+
+@dsl_user_op
+def bf16x2_rn(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
+    """RNE of two fp32 to bf16, packed (``lo`` in the low half): one ``cvt.rn.bf16x2.f32``
+    (spec §2.1 rule 3 allows CuTeDSL the hardware RNE conversion; overflow gives inf, as the
+    integer recipe :func:`round_bf16` does)."""
+    return Uint32(_asm(T.i32(), [Float32(hi), Float32(lo)], "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f",
+                       loc, ip))
+
+
+@dsl_user_op
+def bf16x2_op(op: str, a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
+    """``op`` (``max`` or ``mul.rn``) per half of two packed bf16x2 words (sm_90: bf16 arithmetic
+    has no ``.ftz`` form; a subnormal product is rounded, not flushed)."""
+    return Uint32(_asm(T.i32(), [Uint32(a), Uint32(b)], f"{op}.bf16x2 $0, $1, $2;", "=r,r,r", loc, ip))
+
+
+@dsl_user_op
+def bf16x2_fma(a: Uint32, b: Uint32, c: Uint32, *, loc=None, ip=None) -> Uint32:
+    """``fl(a * b + c)`` per bf16 half, one RNE rounding of the exact result."""
+    return Uint32(_asm(T.i32(), [Uint32(a), Uint32(b), Uint32(c)], "fma.rn.bf16x2 $0, $1, $2, $3;",
+                       "=r,r,r,r", loc, ip))
+
+
+@dsl_user_op
+def prmt(a: Uint32, b: Uint32, sel: int, *, loc=None, ip=None) -> Uint32:
+    """Byte permute of {b, a} (``prmt.b32``: bytes 0-3 are ``a``'s, 4-7 ``b``'s; a selector
+    nibble of 8 or more replicates the chosen byte's sign bit into all 8 bits)."""
+    return Uint32(_asm(T.i32(), [Uint32(a), Uint32(b)], f"prmt.b32 $0, $1, $2, {sel:#x};", "=r,r,r", loc, ip))
+
+
+# --------------------------------------------------------------------------- MXFP4 (§2.4)
+#
+# The CuTeDSL MXFP4 path (indexer-Q K2 and encoder E5, hence the C4 indexer compressor K9 too)
+# keeps a lane's 4 consecutive values as two bf16x2 words (element 2i in the low half of word i)
+# and runs the block amax, the scaling and the E2M1 rounding two elements per instruction: every
+# value it touches is a bf16 value (z is bf16; z * 2^-e is exact, or below 2^-126 where it is
+# code 0 whatever its rounding). The Triton kernels cannot pack (no bf16x2 arithmetic there) and
+# use fp32 recipes instead (``dsv4kit.kernels.indexer_q.triton._e2m1_magnitude``: an integer amax
+# over the |x| bit patterns, a 4-instruction E2M1 magnitude, the signs by one umulhi). Per element
+# that is 4 fp32 instructions plus an unpack; the packed form below is 3 (0.5 multiply, 2.5 code),
+# and its block amax is a packed max too (bf16 maxima are exact, and non-negative bf16 order like
+# their bits: the same integer-amax idea, two values per instruction). Proof of equality with the
+# reference encoder on every input the kernels can give: tests/kernels/test_cute_mxfp4_recipe.py
+# (a numpy emulation of these steps, line for line).
+
+_MX_FLOOR_BITS = 0x01C00000        # 6 * 2^-126 = 1.5 * 2^-124 (exact)
+_INV6_BITS = 0x3E2AAAAB            # fl(1/6)
+
+
+@cute.jit
+def mx_scale_byte(amax: Float32) -> Uint32:
+    """The ue8m0 byte ``e + 127`` of an MXFP4 block (§2.4) with absmax ``amax`` (>= 0):
+    ``e = clamp(clog2(fl(max(amax, 6 * 2^-126) * fl(1/6))), -127, 127)``.
+
+    ``clog2(m) + 127`` is ``(bits(m) + 0x7FFFFF) >> 23`` (no -127 / +127). The lower clamp never
+    binds: the floor makes ``m >= 2^-126`` (6 * fl(1/6) rounds to 1), so the byte is >= 1; the
+    upper one is ``min(., 254)`` (only an infinite amax reaches it; a finite bf16 amax gives at
+    most 253). Always ``amax * 2^-e <= 6`` for a bf16 ``amax`` (the test checks every one).
     """
-    u = v.bitcast(Uint32)
-    a = (u & Uint32(0x7FFFFFFF)).bitcast(Float32)
-    c = (cutlass.max(u & Uint32(0x7F800000), Uint32(0x3F800000)) + Uint32(22 << 23)).bitcast(Float32)
-    t = sub_rn(add_rn(a, c), c).bitcast(Uint32) >> Uint32(22)
-    mag = cutlass.max(t, Uint32(251)) - select(t >= Uint32(254), Uint32(252), Uint32(251), Uint32)
-    return mag | ((u >> Uint32(28)) & Uint32(8))
+    a = cute.arch.fmax(amax, Uint32(_MX_FLOOR_BITS).bitcast(Float32))
+    m = mul_rn(a, Uint32(_INV6_BITS).bitcast(Float32))
+    return cutlass.min((m.bitcast(Uint32) + Uint32(0x7FFFFF)) >> Uint32(23), Uint32(254))
+
+
+@cute.jit
+def e2m1_pair(av: Uint32) -> Uint32:
+    """E2M1 magnitude codes plus 10 in byte 0 and byte 2 of the two bf16 |v| in ``av`` (each a
+    bf16 value, 0 <= |v| <= 6; bytes 1 and 3 are not codes: never read them).
+
+    With ``B = max(binade(|v|), 1)``, ``s = fl(|v| + 64 B)`` (one bf16 RNE: ties to the even
+    code) has exponent 133 + L (B = 2^L) and 7-bit mantissa k = round(|v| / (B/2)) <= 4, and the
+    code is k + 2L = (s & 0x7F) + (s >> 6) - 266, whose low byte is the code + 10 (the caller
+    takes 10 off all four bytes at once). The 32-bit ``s >> 6`` drops the high half's k into
+    bits 10-12 of the low half: byte 1, which is never read; each half's sum (<= 274) stays in
+    its own 9 bits, so nothing carries into byte 2. |v| < 0.25 (0 and subnormals included) is
+    ``s = 64``: code 0. 5 instructions per pair (LOP3, HMNMX2, HFMA2, LOP3, LEA.HI).
+    """
+    b = bf16x2_op("max", av & Uint32(0x7F807F80), Uint32(0x3F803F80))     # B, per half
+    s = bf16x2_fma(b, Uint32(0x42804280), av)                                # fl(|v| + 64 B)
+    return (s & Uint32(0x007F007F)) + (s >> Uint32(6))
+
+
+@cute.jit
+def mxfp4_lane(w0: Uint32, w1: Uint32, byte: Uint32) -> Uint32:
+    """The 4 E2M1 codes (§2.4) of a lane's 4 consecutive bf16 values ``z`` (``w0`` = z0 | z1 << 16,
+    ``w1`` = z2 | z3 << 16, bf16 bits) in a block with scale byte ``byte`` (:func:`mx_scale_byte`
+    of the block's amax), packed as the output's 2 bytes: bits 0-15 = code0 | code1 << 4 |
+    code2 << 8 | code3 << 12 (even element in the low nibble); bits 16-31 are not zero.
+
+    ``2^-e`` is a bf16 in both halves (``(254 - byte) << 7``; byte 254 gives 0, like the spec's
+    ``pow2(-127)``), so one ``mul.rn.bf16x2`` scales two values, exactly or, below 2^-126, to a
+    code-0 value (:func:`e2m1_pair`). The signs come from ``z``'s own bits (so -0 and values
+    that underflow keep theirs, as the spec's ``sign_bit(v)`` does): ``prmt`` replicates each
+    value's sign over a byte, in the byte order [z0, z2, z1, z3] that the codes are permuted to,
+    and one add of ``x >> 12`` moves bytes 2, 3 into nibbles 1, 3 (all nibbles disjoint: no carry).
+    """
+    inv2 = Uint32(0x7F007F00) - byte * Uint32(0x00800080)
+    k0 = e2m1_pair(bf16x2_op("mul.rn", w0 & Uint32(0x7FFF7FFF), inv2))
+    k1 = e2m1_pair(bf16x2_op("mul.rn", w1 & Uint32(0x7FFF7FFF), inv2))
+    # bytes [code z0, z2, z1, z3] (each code + 10 >= 10: no borrow between bytes), each sign in bit 3
+    signs = prmt(w0, w1, 0xFBD9) & Uint32(0x08080808)
+    x = (prmt(k0, k1, 0x6240) - Uint32(0x0A0A0A0A)) | signs
+    return x + (x >> Uint32(12))

@@ -25,6 +25,7 @@ from dsv4kit.errors import KernelInputError  # noqa: E402
 from dsv4kit.formats.ds_mla import allocate_ds_cache  # noqa: E402
 from dsv4kit.formats.indexer_cache import allocate_indexer_cache  # noqa: E402
 from dsv4kit.formats.plain_row import allocate_plain_cache  # noqa: E402
+from dsv4kit.kernels import cute_numerics  # noqa: E402
 from dsv4kit.kernels.cute_numerics import mul_rn  # noqa: E402
 from dsv4kit.kernels.encoders import cutedsl as enc_cute  # noqa: E402
 from dsv4kit.kernels.encoders.cutedsl import (  # noqa: E402
@@ -69,7 +70,8 @@ def test_every_warmup_key_compiles_for_sm90a_once(cls) -> None:
         ptx = art.text["ptx"]
         assert art.target == "sm_90a" and ".target sm_90a" in ptx
         assert art.info["registers"] > 0 and art.info["spills"] == 0
-        assert not re.search(r"\bfma\.", ptx) and not re.search(r"\bmad\.(rn\.)?f32", ptx)   # §2.1 rule 1
+        # §2.1 rule 1 (no contraction of fp32 products); E5's fma.rn.bf16x2 is one rounding of |v| + 64 B
+        assert not re.search(r"\bfma\.(?!rn\.bf16x2)", ptx) and not re.search(r"\bmad\.(rn\.)?f32", ptx)
         found = set(re.findall(r"st\.global[.\w]*", ptx))
         assert stores <= found, (key, found)
         assert "ld.global.v4.b32" in ptx                                       # 16-byte row loads
@@ -82,6 +84,15 @@ def test_every_warmup_key_compiles_for_sm90a_once(cls) -> None:
         assert "div.full" not in ptx and "div.approx" not in ptx and "rcp.approx" not in ptx
         if enc in (E1, E3, E4, E5):
             assert "mul.rn.f32" in ptx
+        # E5: the packed MXFP4 recipes of cute_numerics (as K2), not the old per-element magic adds.
+        n = rpw if enc == E5 else 0
+        assert len(re.findall(r"cvt\.rn\.bf16x2\.f32", ptx)) == 2 * n, key
+        assert len(re.findall(r"fma\.rn\.bf16x2", ptx)) == 2 * n, key
+        assert len(re.findall(r"mul\.rn\.bf16x2", ptx)) == 2 * n, key
+        assert len(re.findall(r"max\.bf16x2", ptx)) == 6 * n, key      # 1 + 3 shuffle steps + 2 in codes
+        assert len(re.findall(r"prmt\.b32", ptx)) == 2 * n, key
+        if enc == E5:
+            assert "add.rn.f32" not in ptx and "sub.rn.f32" not in ptx, key
     k.clear_cache()
 
 
@@ -111,8 +122,8 @@ def test_fp32_constants_are_the_triton_kernels_values() -> None:
     bits = lambda v: int(np.array(v, dtype=np.float32).view(np.uint32))  # noqa: E731
     assert enc_cute._AMAX_FLOOR_BITS == bits(1e-4)
     assert enc_cute._INV448_BITS == bits(1.0 / 448.0)
-    assert enc_cute._INV6_BITS == bits(0.16666666666666666)
-    assert enc_cute._MX_FLOOR_BITS == bits(6.0 * 1.1754943508222875e-38)
+    assert cute_numerics._INV6_BITS == bits(0.16666666666666666)
+    assert cute_numerics._MX_FLOOR_BITS == bits(6.0 * 1.1754943508222875e-38)
 
 
 def test_lane_mapping_and_encoder_pairs() -> None:

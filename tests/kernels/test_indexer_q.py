@@ -148,6 +148,11 @@ def test_every_cutedsl_key_compiles_for_sm90a():
             assert ".target sm_90a" in art.text["ptx"]
             assert art.info["registers"] > 0 and art.info["spills"] == 0
             assert " fma." not in art.text["ptx"] and "mul.rn.f32" in art.text["ptx"]
+            if fmt == "mxfp4":      # the packed recipes of cute_numerics (mxfp4_lane), per row
+                ptx = art.text["ptx"]
+                assert ptx.count("fma.rn.bf16x2") == ptx.count("mul.rn.bf16x2") == 2 * key.coarsen, key
+                assert "add.rn.f32" in ptx          # the rope sums only: 2 per row
+                assert ptx.count("add.rn.f32") == 2 * key.coarsen, key
 
 
 # --------------------------------------------------------------------------- bad input

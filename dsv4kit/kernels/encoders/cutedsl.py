@@ -38,10 +38,18 @@ loads, all R in flight), then the warp calls :func:`encode_store` row after row.
 warp-uniform.
 
 Numerics (spec §2.1): bf16 by the integer RNE of :func:`~dsv4kit.kernels.cute_numerics.
-round_bf16`, e4m3 by the hardware RNE conversion (``cvt.rn.satfinite.e4m3x2.f32``), E2M1 by
-:func:`~dsv4kit.kernels.cute_numerics.e2m1_code`, exponents by ``clog2`` of the bits, and every
-product an ``.rn`` instruction (no FMA contraction). ``fl(1 / fp8_scale)`` (E3) is
-``div.rn.f32``, the IEEE division (not the approximate ``div.full``).
+round_bf16` (E1..E4), e4m3 by the hardware RNE conversion (``cvt.rn.satfinite.e4m3x2.f32``),
+exponents by ``clog2`` of the bits, and every fp32 product an ``.rn`` instruction (no FMA
+contraction). ``fl(1 / fp8_scale)`` (E3) is ``div.rn.f32``, the IEEE division (not the
+approximate ``div.full``). E5 is K2's MXFP4 path: the lane's 4 values rounded to two bf16x2
+words by the hardware RNE ``cvt.rn.bf16x2.f32``, then the packed recipes of
+:mod:`~dsv4kit.kernels.cute_numerics` (block amax by ``max.bf16x2`` and the butterfly,
+:func:`~dsv4kit.kernels.cute_numerics.mx_scale_byte`,
+:func:`~dsv4kit.kernels.cute_numerics.mxfp4_lane`: two values an instruction; its one
+``fma.rn.bf16x2`` rounds the exact ``|v| + 64 B`` once). The per-element fp32 recipes it
+replaced (integer bf16 RNE, fp32 amax, three magic adds per code) made the E5 store hook
+issue-bound: static SASS per thread 755 -> 519, instruction time / DRAM time 1.02 -> 0.59
+(benchmarks/sass_mix.py, sm_90a, compiled on CPU).
 """
 
 from __future__ import annotations
@@ -51,12 +59,23 @@ from typing import Any
 import cutlass
 import cutlass.cute as cute
 import torch
-from cutlass import Float32, Int32, Int64, Uint8, Uint16, Uint32
+from cutlass import Float32, Int32, Int64, Uint8, Uint16, Uint32, Uint64
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 from dsv4kit.backends.cutedsl import CuTeDSLJitKernel, fake_stream, fake_tensor, sym
-from dsv4kit.kernels.cute_numerics import abs_f32, clog2, e2m1_code, e4m3x4, mul_rn, pow2, round_bf16
+from dsv4kit.kernels.cute_numerics import (
+    abs_f32,
+    bf16x2_op,
+    bf16x2_rn,
+    clog2,
+    e4m3x4,
+    mul_rn,
+    mx_scale_byte,
+    mxfp4_lane,
+    pow2,
+    round_bf16,
+)
 from dsv4kit.kernels.encoders.spec import (
     E1,
     E2,
@@ -86,8 +105,6 @@ _IDX_FP4_TOKEN = 64
 # fp32 constants by their bits (the values the Triton kernel's Python floats become).
 _AMAX_FLOOR_BITS = 0x38D1B717      # fl(1e-4)  (D1 floor)
 _INV448_BITS = 0x3B124925          # fl(1/448)
-_INV6_BITS = 0x3E2AAAAB            # fl(1/6)
-_MX_FLOOR_BITS = 0x01C00000        # 6 * 2^-126 = 1.5 * 2^-124 (exact)
 _FP8_MAX = 448.0
 
 
@@ -139,13 +156,6 @@ def _q8_exponent(amax: Float32) -> Int32:
 
 
 @cute.jit
-def _mx_exponent(amax: Float32) -> Int32:
-    """MXFP4 block exponent (§2.4): clog2(fl(max(a, 6 * 2^-126) * fl(1/6))) clamped to [-127, 127]."""
-    e = clog2(mul_rn(cute.arch.fmax(amax, _f32(_MX_FLOOR_BITS)), _f32(_INV6_BITS)))
-    return cutlass.min(cutlass.max(e, Int32(-127)), Int32(127))
-
-
-@cute.jit
 def _bf16_pair(lo: Float32, hi: Float32) -> Uint32:
     """Two bf16-valued fp32 as one little-endian word of bf16 bits (``lo`` in the low half)."""
     return (hi.bitcast(Uint32) & Uint32(0xFFFF0000)) | (lo.bitcast(Uint32) >> Uint32(16))
@@ -184,9 +194,12 @@ def encode_store(y: cute.Tensor, mCache: cute.Tensor, mScale: cute.Tensor, slot:
     """
     ept = _check_encoder(enc, nb)
     lane = cute.arch.lane_idx()
-    page_base = (slot // Int64(kv_bs)) * page_stride
-    entry = slot % Int64(kv_bs)
-    z = cute.make_rmem_tensor(ept, Float32)
+    # slot >= 0 and kv_bs > 0: an unsigned division (a signed one adds Python's floor fix-ups), which
+    # the compiler runs in 32 bits whenever both fit; the remainder from the quotient.
+    page = Uint64(slot) // Uint64(kv_bs)
+    page_base = Int64(page) * page_stride
+    entry = Int64(Uint64(slot) - page * Uint64(kv_bs))
+    z = cute.make_rmem_tensor(ept, Float32)     # E1..E4: bf16(y) as fp32 (E5 rounds packed; unused there)
     for i in cutlass.range_constexpr(ept):
         z[i] = round_bf16(y[i])
 
@@ -249,20 +262,20 @@ def encode_store(y: cute.Tensor, mCache: cute.Tensor, mScale: cute.Tensor, slot:
             at = page_base + Int64(kv_bs) * Int64(_IDX_FP8_TOKEN) + entry * Int64(4)
             cute.autovec_copy(sc, _at(mCache, at, Float32, 1, 4))
     else:
-        # E5: lanes 8b .. 8b + 7 hold the 32-block b.
-        amax = cute.arch.fmax(cute.arch.fmax(abs_f32(z[0]), abs_f32(z[1])),
-                              cute.arch.fmax(abs_f32(z[2]), abs_f32(z[3])))
-        e = _mx_exponent(cute.arch.warp_reduction_max(amax, threads_in_group=8))
-        inv = pow2(-e)
-        c0 = e2m1_code(mul_rn(z[0], inv))
-        c1 = e2m1_code(mul_rn(z[1], inv))
-        c2 = e2m1_code(mul_rn(z[2], inv))
-        c3 = e2m1_code(mul_rn(z[3], inv))
+        # E5: lanes 8b .. 8b + 7 hold the 32-block b. z as two bf16x2 words (hardware RNE), then the
+        # packed MXFP4 recipes of cute_numerics, as in K2: amax, scaling and codes two values an instruction.
+        w0 = bf16x2_rn(y[1], y[0])
+        w1 = bf16x2_rn(y[3], y[2])
+        m = bf16x2_op("max", w0 & Uint32(0x7FFF7FFF), w1 & Uint32(0x7FFF7FFF))   # exact: bf16 maxima
+        m = bf16x2_op("max", m, cute.arch.shuffle_sync_bfly(m, offset=4))
+        m = bf16x2_op("max", m, cute.arch.shuffle_sync_bfly(m, offset=2))
+        m = bf16x2_op("max", m, cute.arch.shuffle_sync_bfly(m, offset=1))
+        b = mx_scale_byte(cute.arch.fmax((m << Uint32(16)).bitcast(Float32),
+                                         (m & Uint32(0xFFFF0000)).bitcast(Float32)))
         packed = cute.make_rmem_tensor(1, Uint16)
-        packed[0] = Uint16(c0 | (c1 << Uint32(4)) | (c2 << Uint32(8)) | (c3 << Uint32(12)))
+        packed[0] = Uint16(mxfp4_lane(w0, w1, b) & Uint32(0xFFFF))
         cute.autovec_copy(packed, _at(mCache, page_base + entry * Int64(_IDX_FP4_TOKEN) + Int64(lane * 2),
                                       Uint16, 1, 2))
-        b = Uint32(e + Int32(127)) & Uint32(0xFF)
         b1 = cute.arch.shuffle_sync(b, 8)
         b2 = cute.arch.shuffle_sync(b, 16)
         b3 = cute.arch.shuffle_sync(b, 24)

@@ -11,7 +11,9 @@ no shuffles. The 128-dim amax (FP8) is one warp reduction; the four 32-dim MXFP4
 Every product/sum is an ``.rn`` instruction (no FMA contraction). Rope values are rounded to
 bf16 by the hardware RNE ``cvt.rn.bf16x2.f32`` (spec §2.1 rule 3), e4m3 (K1) by the hardware
 RNE conversion. MXFP4 (K2): a lane's 4 values stay two packed bf16x2 words through the amax,
-the scaling and the E2M1 rounding (two elements per instruction; see ``_e2m1_pair``). The
+the scaling and the E2M1 rounding (two elements per instruction: the recipes
+:func:`~dsv4kit.kernels.cute_numerics.mx_scale_byte` and
+:func:`~dsv4kit.kernels.cute_numerics.mxfp4_lane`, shared with the encoder E5). The
 per-row scalars are stored once per thread, not once per row: lane ``c`` (``c < coarsen``)
 writes the weight of row ``c``, and in K2 lane ``8b + c`` the scale byte of block ``b`` of row
 ``c``.
@@ -26,17 +28,20 @@ import cutlass
 import cutlass.cute as cute
 import torch
 from cutlass import BFloat16, Float32, Int16, Int32, Int64, Uint8, Uint32, Uint64
-from cutlass._mlir.dialects import llvm
-from cutlass.cutlass_dsl import T, dsl_user_op
 
 from dsv4kit.backends.cutedsl import CuTeDSLJitKernel, fake_stream, fake_tensor, sym
 from dsv4kit.errors import input_error
 from dsv4kit.kernels.cute_numerics import (
     add_rn,
+    bf16x2_op,
+    bf16x2_rn,
     clog2,
     e4m3x4,
     mul_rn,
+    mx_scale_byte,
+    mxfp4_lane,
     pow2,
+    prmt,
     select,
     sub_rn,
 )
@@ -80,54 +85,6 @@ def _unpack2(w: Uint32):
     return (w << Uint32(16)).bitcast(Float32), (w & Uint32(0xFFFF0000)).bitcast(Float32)
 
 
-def _asm(ret, args, body: str, cons: str, loc=None, ip=None):
-    return llvm.inline_asm(ret, [a.ir_value(loc=loc, ip=ip) for a in args], body, cons,
-                           has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
-                           loc=loc, ip=ip)
-
-
-@dsl_user_op
-def _bf16x2_rn(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
-    """RNE of two fp32 to bf16, packed (``lo`` in the low half): one ``cvt.rn.bf16x2.f32``
-    (spec §2.1 rule 3 allows CuTeDSL the hardware RNE conversion)."""
-    return Uint32(_asm(T.i32(), [Float32(hi), Float32(lo)], "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f",
-                       loc, ip))
-
-
-@dsl_user_op
-def _bf16x2_op(op: str, a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
-    """``op`` (``mul.rn`` or ``max``) on two packed bf16x2 words."""
-    return Uint32(_asm(T.i32(), [Uint32(a), Uint32(b)], f"{op}.bf16x2 $0, $1, $2;", "=r,r,r", loc, ip))
-
-
-@dsl_user_op
-def _bf16x2_fma(a: Uint32, b: Uint32, c: Uint32, *, loc=None, ip=None) -> Uint32:
-    """``fl(a * b + c)`` per bf16 half, one RNE rounding."""
-    return Uint32(_asm(T.i32(), [Uint32(a), Uint32(b), Uint32(c)], "fma.rn.bf16x2 $0, $1, $2, $3;",
-                       "=r,r,r,r", loc, ip))
-
-
-@dsl_user_op
-def _prmt(a: Uint32, b: Uint32, sel: int, *, loc=None, ip=None) -> Uint32:
-    """Byte permute of {b, a} (``prmt.b32``; a selector nibble of 8 or more replicates the byte's sign)."""
-    return Uint32(_asm(T.i32(), [Uint32(a), Uint32(b)], f"prmt.b32 $0, $1, $2, {sel:#x};", "=r,r,r", loc, ip))
-
-
-@cute.jit
-def _e2m1_pair(av: Uint32) -> Uint32:
-    """E2M1 magnitudes plus 10 in byte 0 and byte 2 of the two bf16 |v| in ``av`` (|v| <= 6).
-
-    With ``B = max(binade(|v|), 1)``, ``s = fl(|v| + 64 B)`` (one bf16 RNE: ties to the even
-    code) has exponent 133 + L (B = 2^L) and 7-bit mantissa k = round(|v| / (B/2)) <= 4, and the
-    code is k + 2L = (s & 0x7F) + (s >> 6) - 266, whose low byte is the code + 10 (the caller
-    takes 10 off all four bytes at once). The 32-bit ``s >> 6`` drops the high half's k into
-    bits 10-12 of the low half: byte 1, which is never read.
-    """
-    b = _bf16x2_op("max", av & Uint32(0x7F807F80), Uint32(0x3F803F80))     # B, per half
-    s = _bf16x2_fma(b, Uint32(0x42804280), av)                                # fl(|v| + 64 B)
-    return (s & Uint32(0x007F007F)) + (s >> Uint32(6))
-
-
 def _rows_amax(words, lanes: int):
     """Per row of ``words`` (one or two rows' (w0, w1) bf16x2 pairs): the fp32 absmax over the
     row's 4 values in each of ``lanes`` consecutive lanes (a butterfly over lanes 8 or 32).
@@ -135,14 +92,14 @@ def _rows_amax(words, lanes: int):
     bf16 maxima are exact, so the reduction runs on packed words; two rows share one word
     (row 0 in the low half, row 1 in the high half), halving the shuffles. Plain Python,
     traced inline into the kernel."""
-    ms = [_bf16x2_op("max", w0 & Uint32(0x7FFF7FFF), w1 & Uint32(0x7FFF7FFF)) for w0, w1 in words]
+    ms = [bf16x2_op("max", w0 & Uint32(0x7FFF7FFF), w1 & Uint32(0x7FFF7FFF)) for w0, w1 in words]
     if len(ms) == 2:
-        m = _bf16x2_op("max", _prmt(ms[0], ms[1], 0x5410), _prmt(ms[0], ms[1], 0x7632))
+        m = bf16x2_op("max", prmt(ms[0], ms[1], 0x5410), prmt(ms[0], ms[1], 0x7632))
     else:
         m = ms[0]
     offset = lanes // 2
     while offset >= 1:
-        m = _bf16x2_op("max", m, cute.arch.shuffle_sync_bfly(m, offset=offset))
+        m = bf16x2_op("max", m, cute.arch.shuffle_sync_bfly(m, offset=offset))
         offset //= 2
     lo, hi = (m << Uint32(16)).bitcast(Float32), (m & Uint32(0xFFFF0000)).bitcast(Float32)
     return [lo, hi] if len(ms) == 2 else [cute.arch.fmax(lo, hi)]
@@ -179,14 +136,6 @@ def _fp8_kernel(mPos, mQ, mCS, mW, mQout, mWout, num_rows: Int32, ss: Float32, h
 
 
 @cute.jit
-def _mx_exp(amax: Float32) -> Int32:
-    """MXFP4 block exponent: clog2(fl(max(a, 6*2^-126) * fl(1/6))) clamped to [-127, 127]."""
-    a = cute.arch.fmax(amax, Float32(6.0 * 2.0**-126))
-    e = clog2(mul_rn(a, Float32(1.0 / 6.0)))
-    return cutlass.min(cutlass.max(e, Int32(-127)), Int32(127))
-
-
-@cute.jit
 def _bf16_words(v: Uint64, cs, lane):
     """The lane's 4 values as two bf16x2 words (dims 4l, 4l+1 | 4l+2, 4l+3, low half first):
     nope lanes as loaded, rope lanes rotated (no FMA) and rounded by the hardware RNE cvt.
@@ -197,8 +146,8 @@ def _bf16_words(v: Uint64, cs, lane):
     w1 = Uint32(v >> Uint64(32))
     x0, x1, x2, x3 = _unpack4(v)
     c0, c1, s0, s1 = cs
-    r0 = _bf16x2_rn(add_rn(mul_rn(x1, c0), mul_rn(x0, s0)), sub_rn(mul_rn(x0, c0), mul_rn(x1, s0)))
-    r1 = _bf16x2_rn(add_rn(mul_rn(x3, c1), mul_rn(x2, s1)), sub_rn(mul_rn(x2, c1), mul_rn(x3, s1)))
+    r0 = bf16x2_rn(add_rn(mul_rn(x1, c0), mul_rn(x0, s0)), sub_rn(mul_rn(x0, c0), mul_rn(x1, s0)))
+    r1 = bf16x2_rn(add_rn(mul_rn(x3, c1), mul_rn(x2, s1)), sub_rn(mul_rn(x2, c1), mul_rn(x3, s1)))
     rope = lane >= 16
     return select(rope, r0, w0, Uint32), select(rope, r1, w1, Uint32)
 
@@ -225,17 +174,8 @@ def _mxfp4_kernel(mPos, mQ, mCS, mW, mQout, mScale, mWout, num_rows: Int32, ss: 
             amaxes = _rows_amax(ws, 8)                       # lanes 8b..8b+7: block b
             for j in cutlass.range_constexpr(len(ws)):
                 c = c0 + j
-                w0, w1 = ws[j]
-                a0, a1 = w0 & Uint32(0x7FFF7FFF), w1 & Uint32(0x7FFF7FFF)
-                b = Uint32(_mx_exp(amaxes[j]) + Int32(127))          # ue8m0 byte, 1..254
-                inv2 = Uint32(0x7F007F00) - b * Uint32(0x00800080)   # 2^-e in both bf16 halves
-                k0 = _e2m1_pair(_bf16x2_op("mul.rn", a0, inv2))
-                k1 = _e2m1_pair(_bf16x2_op("mul.rn", a1, inv2))
-                # bytes [code 4l, 4l+2, 4l+1, 4l+3] (each code + 10 >= 10: no borrow between bytes)
-                # with each sign (replicated from w's bytes) in bit 3, clear in every code
-                signs = _prmt(w0, w1, 0xFBD9) & Uint32(0x08080808)
-                x = (_prmt(k0, k1, 0x6240) - Uint32(0x0A0A0A0A)) | signs
-                packed = x + (x >> Uint32(12))              # nibbles 4l | 4l+1 | 4l+2 | 4l+3 (disjoint)
+                b = mx_scale_byte(amaxes[j])                          # ue8m0 byte, 1..254
+                packed = mxfp4_lane(ws[j][0], ws[j][1], b)          # nibbles 4l | 4l+1 | 4l+2 | 4l+3
                 mQout[first + c, lane] = cutlass.Uint16(packed & Uint32(0xFFFF)).bitcast(Int16)
                 byte = b if c == 0 else select(sel == c, b, byte, Uint32)
         if sel < coarsen:                                   # q_scale as bytes: row * 4 + block
