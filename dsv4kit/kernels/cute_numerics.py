@@ -152,7 +152,7 @@ def prmt(a: Uint32, b: Uint32, sel: int, *, loc=None, ip=None) -> Uint32:
 # and runs the block amax, the scaling and the E2M1 rounding two elements per instruction: every
 # value it touches is a bf16 value (z is bf16; z * 2^-e is exact, or below 2^-126 where it is
 # code 0 whatever its rounding). The Triton kernels cannot pack (no bf16x2 arithmetic there) and
-# use fp32 recipes instead (``dsv4kit.kernels.indexer_q.triton._e2m1_magnitude``: an integer amax
+# use fp32 recipes instead (``dsv4kit.kernels.triton_numerics.e2m1_magnitude``: an integer amax
 # over the |x| bit patterns, a 4-instruction E2M1 magnitude, the signs by one umulhi). Per element
 # that is 4 fp32 instructions plus an unpack; the packed form below is 3 (0.5 multiply, 2.5 code),
 # and its block amax is a packed max too (bf16 maxima are exact, and non-negative bf16 order like

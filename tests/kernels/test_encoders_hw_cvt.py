@@ -45,6 +45,19 @@ def test_gpu_compiles_round_with_the_casts(ptx_by_encoder, enc) -> None:
         assert "167772160" not in ptx and ".rz" not in ptx
 
 
+def test_e5_takes_the_shared_mxfp4_recipe(ptx_by_encoder) -> None:
+    """E5 runs :func:`~dsv4kit.kernels.triton_numerics.mxfp4_words` (K2's recipe) on bf16 pairs:
+    one ``cvt.rn.bf16x2.f32`` per pair and no single-value cast, E2M1 by ``e2m1_magnitude`` (its
+    RNE add of 2^43 - 2^23, ``0f54FFFFF0``), the sign bits by ``mul.hi`` with 0x100100 (1048832),
+    and not the per-value recipe it replaced (``e2m1_code``, removed: its binade offset 22 << 23 =
+    184549376); nothing may flush the subnormal products to zero."""
+    for ptx in ptx_by_encoder[E5]:
+        assert "cvt.rn.bf16x2.f32" in ptx and not re.search(r"cvt\.rn\.bf16\.f32", ptx)
+        assert "0f54FFFFF0" in ptx
+        assert re.search(r"mov\.b32\s+%r\d+, 1048832;", ptx) and "mul.hi.u32" in ptx
+        assert "184549376" not in ptx and ".ftz" not in ptx
+
+
 def test_only_the_interpreter_takes_the_integer_recipes() -> None:
     for cls in CLASSES:
         assert cls.params["HW_CVT"] == Const(True)

@@ -1,9 +1,10 @@
 """The Triton indexer-Q kernels (K1, K2) round bf16 and e4m3 with the GPU's own casts and the CPU
 interpreter with the integer recipes of :mod:`dsv4kit.kernels.triton_numerics` (``HW_CVT``), and
-K2's E2M1 codes come from fp32 arithmetic that both run alike (``_e2m1_magnitude``). Here: the
-casts and not the recipes in the sm_90a PTX, the interpreter's switch, and E2M1 / K2 bit for bit
-against the reference on every value the kernel can hand it. The GPU bytes themselves are
-checked by ``benchmarks/indexer_q_gpu_check.py``."""
+K2's E2M1 codes come from fp32 arithmetic that both run alike (``triton_numerics.e2m1_magnitude``,
+which E5 shares). Here: the casts and not the recipes in the sm_90a PTX, the interpreter's switch,
+and K2 bit for bit against the reference on every bf16 pattern (the E2M1 step alone, on every
+value it can be handed, is in ``test_triton_numerics.py``). The GPU bytes themselves are checked
+by ``benchmarks/indexer_q_gpu_check.py``."""
 
 from __future__ import annotations
 
@@ -11,18 +12,10 @@ import re
 
 import pytest
 import torch
-import triton
-import triton.language as tl
 
-from dsv4kit.backends.triton import Const, _interpreted, _interpreting
-from dsv4kit.formats.mxfp4 import e2m1_encode
+from dsv4kit.backends.triton import Const
 from dsv4kit.kernels.indexer_q import IndexerQConfig, indexer_q_mxfp4_reference
-from dsv4kit.kernels.indexer_q.triton import (
-    INTERPRETER_ROWS,
-    IndexerQFp8Triton,
-    IndexerQMxfp4Triton,
-    _e2m1_magnitude,
-)
+from dsv4kit.kernels.indexer_q.triton import INTERPRETER_ROWS, IndexerQFp8Triton, IndexerQMxfp4Triton
 from dsv4kit.platform import cpu_platform
 
 CLASSES = {"fp8": IndexerQFp8Triton, "mxfp4": IndexerQMxfp4Triton}
@@ -61,47 +54,6 @@ def test_only_the_interpreter_takes_the_integer_recipes() -> None:
         k = cls(cpu_platform())
         key = k.get_warmup_keys(IndexerQConfig(indexer_cache_dtype=fmt))[0]
         assert k.interpreted_constexprs(key) == {"HW_CVT": False, "ROWS": INTERPRETER_ROWS}
-
-
-# --------------------------------------------------------------------------- E2M1, exhaustively
-
-BLOCK = 4096
-
-
-@triton.jit
-def _magnitude(v_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = i < n
-    tl.store(out_ptr + i, _e2m1_magnitude(tl.load(v_ptr + i, mask=m, other=0.0)).to(tl.int32, bitcast=True),
-             mask=m)
-
-
-def kernel_magnitudes() -> torch.Tensor:
-    """Every |v| = |z| * 2^-e that K2 can pass to ``_e2m1_magnitude``: z a bf16 (any of the 65 536
-    patterns: 8 significant bits), 2^-e a power of two, |v| <= 6, as fp32 (fl(): subnormal or 0
-    below 2^-126, where the kernel's product rounds the same way). That is 0 and every
-    ``(1 + k/128) * 2^E``; it holds each E2M1 threshold and its bf16 neighbours."""
-    mant = 1 + torch.arange(128, dtype=torch.float64) / 128
-    v = torch.cat([torch.zeros(1, dtype=torch.float64)] + [mant * 2.0**e for e in range(-160, 3)])
-    v = v.to(torch.float32)
-    return v[v <= 6].contiguous()
-
-
-def test_e2m1_magnitude_matches_the_reference_encoder() -> None:
-    v = kernel_magnitudes()
-    # Each threshold and the bf16 values either side of it, also scaled into the subnormal range.
-    t = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0]).to(torch.bfloat16).view(torch.int16)
-    near = torch.cat([t - 1, t, t + 1]).view(torch.bfloat16).float()
-    for x in torch.cat([near, near * 2.0**-130]).tolist():
-        assert (v == x).any(), x
-    out = torch.empty(v.shape, dtype=torch.int32)
-    with _interpreting():
-        _interpreted(_magnitude)[(triton.cdiv(v.numel(), BLOCK),)](v, out, v.numel(), BLOCK=BLOCK)
-    code = out - 0x55000000
-    # The low byte is the code (what the packing adds); nothing else is set above it.
-    assert int(code.min()) >= 0 and int(code.max()) == 7
-    bad = code.to(torch.uint8) != e2m1_encode(v)
-    assert not bad.any(), f"{int(bad.sum())} differ, e.g. v={v[bad][:4].tolist()}"
 
 
 # --------------------------------------------------------------------------- K2, every bf16 pattern

@@ -21,13 +21,20 @@ Store-hook mapping (:func:`store_rows_kernel`, :func:`_store_tile`, the same byt
 :func:`encode_store`): 4 warps, ``ROWS * SUB`` consecutive rows per program (:func:`tile_rows`: E1 / E2
 two tiles of 2 rows, E3 one of 4: 8 KB of rows each; E4 one of 64, E5 one of 32: 32 / 16 KB),
 grid ``cdiv(T, ROWS * SUB)``.
-A tile is ``[G, ROWS, W]`` (E1-E3: the 8 64-blocks, E5: the 4 32-blocks, E4: the row in 4 quarters),
-every block maximum one reduction over the W lanes and registers of a group. Triton picks the
-thread layout from the widest store (16 bytes): E3 / E4 / E5 (E4 / E5: pages a multiple of 16
-bytes, else a 4-byte-store branch) hold 16 consecutive fp32 of a row per thread (4 x 16-byte
-loads; E3 one row, E4 / E5 4 and 2 rows of the tile), E1 / E2 8 of each of two rows. A row
-whose slot is < 0 (or beyond T) is not loaded and nothing of it is stored; all tiles are loaded
-before the first store.
+A tile is ``[G, ROWS, W]`` (E1-E3: the 8 64-blocks, E4: the row in 4 quarters), every block
+maximum one reduction over the W lanes and registers of a group. Triton picks the thread layout
+from the widest store (16 bytes): E3 / E4 (E4: pages a multiple of 16 bytes, else a 4-byte-store
+branch) hold 16 consecutive fp32 of a row per thread (4 x 16-byte loads; E3 one row, E4 4 rows
+of the tile), E1 / E2 8 of each of two rows. E5 reads a row as 64 int64 pairs of dims, its tile
+``[4, 32, 16]`` (the 4 32-blocks of 32 rows): each of the 128 threads holds one whole block (8 x
+16-byte loads), so its maximum needs no shuffle, and writes its 16 packed bytes (one 16-byte
+store; pages a multiple of 4 bytes only: 4-byte stores of a layout 4 threads a block, reached
+through shared memory) and its scale byte. Its slots are read in that same layout
+(:func:`_load_pairs`): the only shared-memory use left on the 16-byte path is the row mask that
+the 4-byte branch will need, one byte a thread staged before the loads. The E2M1 step is K2's
+(:func:`~dsv4kit.kernels.triton_numerics.mxfp4_words` on bf16 pairs rounded by one
+``cvt.rn.bf16x2.f32`` each). A row whose slot is < 0 (or beyond T) is not loaded and nothing of
+it is stored; all tiles are loaded before the first store.
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ from dsv4kit.kernels.encoders.spec import (
     StoreRowsPlainBase,
     key_encoder,
 )
-from dsv4kit.kernels.triton_numerics import bf16_value, clog2, e2m1_code, e4m3, pow2
+from dsv4kit.kernels.triton_numerics import bf16_value, bf16x2_words, clog2, e4m3, mxfp4_words, pow2
 
 __all__ = ["StoreRowsDsTriton", "StoreRowsIndexerTriton", "StoreRowsPlainTriton", "encode_store",
            "store_rows_kernel"]
@@ -69,13 +76,6 @@ _IDX_FP4_TOKEN = tl.constexpr(64)
 def _q8_exponent(amax):
     """UE8M0 exponent of a Q8 block (§2.3, D1): clog2(fl(max(amax, 1e-4) / 448))."""
     return clog2(tl.maximum(amax, 1e-4) * (1.0 / 448.0))   # §2.1: * fl(1/448) == / 448 here
-
-
-@triton.jit
-def _mx_exponent(amax):
-    """MXFP4 block exponent (§2.4): clog2(fl(max(a, 6 * 2^-126) * fl(1/6))), clamped to [-127, 127]."""
-    a = tl.maximum(amax, 6.0 * 1.1754943508222875e-38)
-    return tl.minimum(tl.maximum(clog2(a * 0.16666666666666666), -127), 127)
 
 
 @triton.jit
@@ -121,13 +121,12 @@ def encode_store(y, cache_ptr, scale_ptr, slot, kv_bs, page_stride, ENC: tl.cons
         tl.store(f32 + (page_base + kv_bs * _IDX_FP8_TOKEN + entry * 4) // 4, pow2(e))
     else:
         tl.static_assert(ENC == _E5)
-        # 64 packed E2M1 bytes (even dim in the low nibble) | (scale region) 4 ue8m0 bytes.
-        z = tl.reshape(bf16_value(y, HW), (2 * NB, 32))
-        e = _mx_exponent(tl.max(tl.abs(z), axis=1))
-        codes = e2m1_code(z * pow2(-e)[:, None])
-        lo, hi = tl.split(tl.reshape(codes, (64 * NB // 2, 2)))
+        # 64 packed E2M1 bytes (even dim in the low nibble) | (scale region) 4 ue8m0 bytes. Dims
+        # (2k, 2k+1) as one word of two bf16: its halves are the nibbles of output byte k.
+        lo, hi = tl.split(tl.reshape(y, (NB, 32, 2)))
+        byte, e = mxfp4_words(tl.reshape(bf16x2_words(lo, hi, HW), (2 * NB, 16)))
         tl.store(cache_ptr + page_base + entry * _IDX_FP4_TOKEN + tl.arange(0, 64 * NB // 2),
-                 (lo | (hi << 4)).to(tl.uint8))
+                 tl.reshape(byte, (64 * NB // 2,)).to(tl.uint8))
         tl.store(cache_ptr + page_base + kv_bs * _IDX_FP4_TOKEN + entry * 4 + tl.arange(0, 2 * NB),
                  (e + 127).to(tl.uint8))
 
@@ -137,16 +136,18 @@ def _store_tile(y, cache_ptr, inv, slot, live, col, kv_bs, page_stride, ENC: tl.
                 PS_ALIGN: tl.constexpr, HW: tl.constexpr):
     """Encode the fp32 tile ``y [G, ROWS, W]`` (``y[g, r]``: group ``g``, dims ``col[g]``, of row ``r``)
     and write the rows that are ``live`` at their ``slot`` (``slot``, ``live``: ``[G, ROWS]``, equal
-    over g). The bytes of :func:`encode_store` on each row. A group is E1-E3's 64-block (W 64), E5's
-    32-block (W 32) or a quarter of E4's row (W 32), so a block maximum is one ``axis=2`` max (E4:
-    then the in-thread ``axis=0`` one). ``HW``: the bf16 and e4m3 roundings by the GPU's casts."""
+    over g). The bytes of :func:`encode_store` on each row. A group is E1-E3's 64-block (W 64) or a
+    quarter of E4's row (W 32), so a block maximum is one ``axis=2`` max (E4: then the in-thread
+    ``axis=0`` one). E5 takes the tile as int64 pairs ``[G, ROWS, 16]`` (group = 32-block, ``col``
+    in pairs: pair k of group g, dims 32 g + 2k and + 1, is output byte 16 g + k). ``HW``: the bf16
+    and e4m3 roundings by the GPU's casts."""
     blk = tl.arange(0, y.shape[0])[:, None]
     page_base = (slot // kv_bs) * ((page_stride // PS_ALIGN) * PS_ALIGN)   # page_stride % PS_ALIGN == 0
     entry = slot % kv_bs
     f8 = cache_ptr.to(tl.pointer_type(tl.float8e4nv), bitcast=True)
     b16 = cache_ptr.to(tl.pointer_type(tl.bfloat16), bitcast=True)
-    z = bf16_value(y, HW)
     if ENC == _E1:
+        z = bf16_value(y, HW)
         e = _q8_exponent(tl.max(tl.abs(z), axis=2))
         q = e4m3(z * pow2(-e)[:, :, None], HW)
         tok = page_base + entry * _DS_TOKEN
@@ -157,12 +158,13 @@ def _store_tile(y, cache_ptr, inv, slot, live, col, kv_bs, page_stride, ENC: tl.
         tl.store(cache_ptr + page_base + kv_bs * _DS_TOKEN + entry * _DS_SCALES + blk, sb, mask=live)
     elif ENC == _E2:
         tl.store(b16 + ((page_base + entry * (2 * 64 * y.shape[0])) // 2)[:, :, None] + col,
-                 z.to(tl.bfloat16), mask=live[:, :, None])
+                 bf16_value(y, HW).to(tl.bfloat16), mask=live[:, :, None])
     elif ENC == _E3:
-        v = tl.minimum(tl.maximum(z * inv, -448.0), 448.0)
+        v = tl.minimum(tl.maximum(bf16_value(y, HW) * inv, -448.0), 448.0)
         tl.store(f8 + (page_base + entry * (64 * y.shape[0]))[:, :, None] + col,
                  e4m3(v, HW), mask=live[:, :, None])
     elif ENC == _E4:
+        z = bf16_value(y, HW)
         e = _q8_exponent(tl.max(tl.max(tl.abs(z), axis=2), axis=0))
         q = e4m3(z * pow2(-e)[None, :, None], HW)
         tl.store(f8 + (page_base + entry * _IDX_FP8_TOKEN)[:, :, None] + col, q,
@@ -172,15 +174,13 @@ def _store_tile(y, cache_ptr, inv, slot, live, col, kv_bs, page_stride, ENC: tl.
         tl.store(f32 + at, pow2(e), mask=tl.max(live.to(tl.int32), axis=0) != 0)
     else:
         tl.static_assert(ENC == _E5)
-        e = _mx_exponent(tl.max(tl.abs(z), axis=2))
-        codes = e2m1_code(z * pow2(-e)[:, :, None])
-        # Pairs (even dim low nibble) combined by a 2-element sum: no split, so the byte address,
-        # written afresh, keeps its contiguity (wide stores, no layout conversion).
-        shape: tl.constexpr = (y.shape[0], y.shape[1], y.shape[2] // 2, 2)
-        packed = tl.sum(tl.reshape(codes, shape) << (tl.arange(0, 2) * 4)[None, None, None, :], axis=3)
-        at = (page_base + entry * _IDX_FP4_TOKEN)[:, :, None] + blk[:, :, None] * (y.shape[2] // 2) + \
-            tl.arange(0, y.shape[2] // 2)[None, None, :]
-        tl.store(cache_ptr + at, packed.to(tl.uint8), mask=live[:, :, None])
+        # A pair's fp32 halves are its two dims: one bf16x2 word each, whose halves are the
+        # nibbles of the pair's output byte (mxfp4_words). One 32-block per thread, all in-thread.
+        lo = y.to(tl.int32).to(tl.float32, bitcast=True)
+        hi = (y >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+        byte, e = mxfp4_words(bf16x2_words(lo, hi, HW))
+        tl.store(cache_ptr + (page_base + entry * _IDX_FP4_TOKEN)[:, :, None] + col, byte.to(tl.uint8),
+                 mask=live[:, :, None])
         tl.store(cache_ptr + page_base + kv_bs * _IDX_FP4_TOKEN + entry * 4 + blk, (e + 127).to(tl.uint8),
                  mask=live)
 
@@ -194,6 +194,27 @@ def _load_tile(rows_ptr, slot_ptr, t0, T, ROWS: tl.constexpr, G: tl.constexpr, W
     live = slot >= 0
     col = tl.arange(0, G)[:, None, None] * W + tl.arange(0, W)[None, None, :]
     y = tl.load(rows_ptr + t[:, :, None] * (G * W) + col, mask=live[:, :, None])
+    return y, slot, live, col
+
+
+@triton.jit
+def _load_pairs(rows_ptr, slot_ptr, t0, T, ROWS: tl.constexpr, G: tl.constexpr, W: tl.constexpr):
+    """E5's :func:`_load_tile`: rows as int64 pairs of dims ``y [G, ROWS, W]`` (W = 16 pairs a
+    32-block), slots and liveness ``[G, ROWS]``, ``col [G, 1, W]`` in pairs. The slots are read in
+    the tile's layout (one block a thread), so that nothing derived from them is converted through
+    shared memory (a plain ``[G, ROWS]`` load takes a layout of its own: 9 shared-memory accesses
+    and 9 barriers a thread): as a ``[G, ROWS, W]`` load of ``slot_ptr + t + k`` of which only
+    k = 0 is read (a constant mask: ptxas drops the other lanes' loads), summed over k. Declaring
+    the rows non-contiguous (``max_contiguous`` 1) gives it the row loads' order, pairs first, so
+    the coalescing pass gives it their layout."""
+    k = tl.arange(0, W)[None, None, :]
+    t = t0 + tl.broadcast_to(tl.arange(0, ROWS)[None, :, None], (G, ROWS, 1))
+    ts = tl.max_contiguous(t, [1, 1, 1])
+    s3 = tl.load(slot_ptr + ts + k, mask=(k == 0) & (t < T), other=tl.where(k == 0, -1, 0))
+    slot = tl.sum(s3, axis=2)
+    live = slot >= 0
+    col = tl.arange(0, G)[:, None, None] * W + k
+    y = tl.load(rows_ptr + t * (G * W) + col, mask=live[:, :, None])
     return y, slot, live, col
 
 
@@ -215,7 +236,12 @@ def store_rows_kernel(
     HW_CVT: tl.constexpr = True,   # bf16 / e4m3 rounding by the GPU's casts (False: the interpreter)
 ):
     t0 = tl.program_id(0).to(tl.int64) * (ROWS * SUB)
-    y, slot, live, col = _load_tile(rows_ptr, slot_ptr, t0, T, ROWS, G, W)
+    if ENC == _E5:
+        # E5 reads a row as 64 int64 pairs of dims: its tile is [G, ROWS, W // 2] (_store_tile).
+        pairs = rows_ptr.to(tl.pointer_type(tl.int64), bitcast=True)
+        y, slot, live, col = _load_pairs(pairs, slot_ptr, t0, T, ROWS, G, W // 2)
+    else:
+        y, slot, live, col = _load_tile(rows_ptr, slot_ptr, t0, T, ROWS, G, W)
     if SUB == 2:
         y1, slot1, live1, col1 = _load_tile(rows_ptr, slot_ptr, t0 + ROWS, T, ROWS, G, W)
     inv = 1.0
@@ -223,7 +249,8 @@ def store_rows_kernel(
         inv = tl.div_rn(1.0, tl.load(scale_ptr))   # fl(1 / fp8_scale), once per program
     if (ENC == _E4) or (ENC == _E5):
         # Indexer pages are multiples of 4 bytes (host-checked); of 16 (kv_bs % 4 == 0, production)
-        # the entries are 16-byte aligned: wide stores, and a layout of one row per 8 lanes.
+        # the entries are 16-byte aligned: wide stores, and a layout of one row per 8 lanes (E4) or
+        # of one 32-block per lane (E5).
         if page_stride % 16 == 0:
             _store_tile(y, cache_ptr, inv, slot, live, col, kv_bs, page_stride, ENC, 16, HW_CVT)
         else:

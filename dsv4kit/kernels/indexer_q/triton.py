@@ -13,7 +13,8 @@ quantize. Rounding (§2.1): ``HW_CVT`` true (the GPU compile) rounds with the ha
 never saturates: |z 2^-e| <= 448); the CPU interpreter truncates fp32 -> bf16 and can drop an
 fp32 -> fp8 carry, so the backend sets it false there and the integer recipes of
 :mod:`dsv4kit.kernels.triton_numerics` round instead, leaving each cast exact. Both are RNE:
-the same bytes. K2's E2M1 codes need no cast (fp32 arithmetic, :func:`_e2m1_magnitude`).
+the same bytes. K2's E2M1 codes need no cast (fp32 and integer arithmetic,
+:func:`~dsv4kit.kernels.triton_numerics.mxfp4_words`, which E5 shares).
 K1: inside a program ``nope`` is ``[ROWS, 64]`` (dims 0..63) and the rope half is split into
 even/odd lanes ``[ROWS, 32]`` (dims 64+2i, 65+2i), joined back before stores. K2 reads each
 row as 64 int32 words of two bf16 and keeps both halves as such words ``[ROWS, 32]`` (nope as
@@ -33,7 +34,7 @@ import triton.language as tl
 
 from dsv4kit.backends.triton import Const, FromKey, Ptr, Runtime, TritonJitKernel
 from dsv4kit.kernels.indexer_q.spec import IndexerQBase
-from dsv4kit.kernels.triton_numerics import bf16_value, bits, clog2, e4m3, from_bits, pow2, round_bf16
+from dsv4kit.kernels.triton_numerics import bf16_value, bf16x2_words, clog2, e4m3, mxfp4_words, pow2
 
 __all__ = ["IndexerQFp8Triton", "IndexerQMxfp4Triton"]
 
@@ -83,19 +84,6 @@ def _load_rotated(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS: tl.constexpr,
 
 
 @triton.jit
-def _bf16x2_words(lo, hi, HW: tl.constexpr):
-    """int32 words of the RNE bf16 of fp32 ``lo`` (low half) and ``hi`` (high half). A local
-    two-lane :func:`bf16_value`: where ``HW``, one ``cvt.rn.bf16x2.f32`` per word (the hardware
-    RNE, two values an instruction; Triton's cast emits one per value), else :func:`round_bf16`."""
-    if HW:
-        return tl.inline_asm_elementwise("cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,r,r", [lo, hi],
-                                         dtype=tl.int32, is_pure=True, pack=1)
-    else:
-        w = (bits(round_bf16(lo)) >> 16) | (bits(round_bf16(hi)) & 0xFFFF0000)
-        return w.to(tl.int32, bitcast=True)
-
-
-@triton.jit
 def _load_words(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS: tl.constexpr, ROWS: tl.constexpr,
                 HW: tl.constexpr):
     """Rows ``first + r`` as int32 words of two bf16 [R, 32] each (low half = even dim): nope
@@ -108,7 +96,7 @@ def _load_words(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS: tl.constexpr, R
     x_e, x_o = (x << 16).to(tl.float32, bitcast=True), (x & -65536).to(tl.float32, bitcast=True)
     c, s = _cos_sin(pos_ptr, cs_ptr, first, r, ok, NUM_HEADS, ROWS)
     # GPT-J rotation, each product and sum rounded separately (enable_fp_fusion=False).
-    return w_nope, _bf16x2_words(x_e * c - x_o * s, x_o * c + x_e * s, HW)
+    return w_nope, bf16x2_words(x_e * c - x_o * s, x_o * c + x_e * s, HW)
 
 
 @triton.jit
@@ -157,51 +145,12 @@ def indexer_q_fp8_kernel(
 
 
 @triton.jit
-def _mx_block_exp(absmax):
-    """MXFP4 block exponent (§2.4): clog2(max(a, 6*2^-126) * fl(1/6)), clamped to [-127, 127]."""
-    a = tl.maximum(absmax, 6.0 * 1.1754943508222875e-38)
-    return tl.minimum(tl.maximum(clog2(a * 0.16666666666666666), -127), 127)
-
-
-@triton.jit
-def _e2m1_magnitude(v):
-    """E2M1 magnitude code of ``v`` plus 0x55000000 (uint32: the low byte is the code 0..7), RNE,
-    ties to the even code (§2.4). ``v``: 0 <= v <= 6, a bf16 value times a power of two, rounded
-    like an fp32 product below 2^-126 (what K2 computes; not any fp32).
-
-    ``v' = fl(v * 2^-126)`` puts E2M1's subnormal edge (v = 1) on fp32's, so its bits are
-    ``b = 2^22 g(v)``, ``g = min(2v, v + 2, v/2 + 4)`` (below 2: 2^23 v; above: exponent field
-    and mantissa), and E2M1's grid 0, .5, .., 6 is g = 0..7 with its thresholds at the
-    half-integers: the code is RNE(b / 2^22). v' is exact for v >= 2^-16, b % 4 == 0 for v >=
-    2^-14, and smaller v are code 0 either way. ``f = 2^23 + b/4`` (b < 2^25: one LEA.HI) and
-    one RNE add of ``2^43 - 2^23`` give ``2^43 + 2^20 RNE(b / 2^22)``. 4 instructions, where the
-    3 magic adds of one grid each, their min and the scaling took 7. Needs fp32 subnormal
-    products (no flush to zero: the default of Triton and of numpy).
-    """
-    b = bits(v * 1.1754943508222875e-38)
-    f = from_bits((b >> 2) + 0x4B000000)
-    return bits(f + 8796084633600.0)
-
-
-@triton.jit
 def _mx_half(w, ROWS: tl.constexpr):
     """Packed E2M1 bytes [R, 32] and exponents [R, 2] of a row half held as bf16 words ``w``
-    [R, 32] (two 16-word blocks). Byte k = code(2k) | code(2k+1) << 4 (§2.4)."""
-    aw = w & 0x7FFF7FFF
-    a_e = tl.reshape(aw << 16, (ROWS, 2, 16))           # |even| fp32 bit patterns, >= 0 as int32
-    a_o = tl.reshape(aw & -65536, (ROWS, 2, 16))         # |odd|
-    # |x| orders like its bits (non-negative, no NaN): the block amax is an integer max (3-way
-    # VIMNMX3 in SASS; there is no 3-way float max on sm_90).
-    amax = tl.max(tl.maximum(a_e, a_o), axis=2).to(tl.float32, bitcast=True)
-    e = _mx_block_exp(amax)
-    inv = pow2(-e)[:, :, None]                           # exact (or underflow to code 0)
-    c_e = _e2m1_magnitude(a_e.to(tl.float32, bitcast=True) * inv)
-    c_o = _e2m1_magnitude(a_o.to(tl.float32, bitcast=True) * inv)
-    # The sign bits (15, 31) of w to bits 3, 7 (-0 and underflows keep theirs): for t = w &
-    # 0x80008000, hi32(t * (2^20 + 2^8)) = t >> 12 + t >> 24, one IMAD.HI with the add below.
-    sgn = tl.umulhi((w & -2147450880).to(tl.uint32, bitcast=True), 0x100100)
-    byte = tl.reshape(c_e + (c_o << 4), (ROWS, 32)) + sgn   # low bytes disjoint: no carries
-    return byte.to(tl.uint8), e
+    [R, 32] (two 16-word blocks): :func:`~dsv4kit.kernels.triton_numerics.mxfp4_words`. Byte k =
+    code(2k) | code(2k+1) << 4 (§2.4)."""
+    byte, e = mxfp4_words(tl.reshape(w, (ROWS, 2, 16)))
+    return tl.reshape(byte, (ROWS, 32)).to(tl.uint8), e
 
 
 @triton.jit(**_UNSPECIALIZED)
