@@ -809,7 +809,7 @@ def cute_ctas(family: str, key: Any, values: Mapping[str, Any]) -> int | None:
     if family == "indexer_q":
         from dsv4kit.kernels.indexer_q import cutedsl as m
         q = values["index_q"]
-        return cdiv(q.shape[0] * q.shape[1], m.WARPS_PER_CTA * key.coarsen)
+        return cdiv(q.shape[0] * q.shape[1], m.rows_per_cta(key.coarsen))
     if family == "dequant_gather":
         from dsv4kit.kernels.dequant_gather import cutedsl as m
         out = values["out"]

@@ -1,5 +1,7 @@
 """Indexer-Q (K1 FP8, K2 MXFP4): Triton bit-exact under the interpreter, keys, warmup, bad input."""
 
+import re
+
 import pytest
 import torch
 
@@ -136,6 +138,34 @@ def test_every_triton_key_compiles_ahead_of_time(arch):
             assert "fma" not in art.text["ptx"]  # spec §2.1 rule 1
 
 
+# PTX facts of each CuTeDSL key's thread/lane mapping (dsv4kit/kernels/indexer_q/cutedsl.py),
+# per thread. coarsen 1 (decode): the row layout, one row a warp, 4 dims a lane, 8-byte loads.
+# coarsen 4 (prefill): the split layout, 16 rows a warp in 4 slots of 4 rows; per slot a lane
+# loads 8 nope and 8 rope dims (two 16-byte loads), rotates 4 pairs and stores two 8-byte (K1)
+# or 4-byte (K2) code words; K1 butterflies two slots' amaxes in one word (3 shuffles a pair),
+# K2 both block maxima of a slot (2 shuffles) plus one shuffle for the scale words.
+CUTE_PTX = {
+    1: {"ld.global.v4.b32": 0, "add.rn.f32": 2, "cvt.rn.bf16x2.f32": 2,
+        "fp8": {"shfl.sync.bfly": 5, "cvt.rn.satfinite.e4m3x2.f32": 2, "st.global.b32": 2,
+                "st.global.v2": 0},
+        "mxfp4": {"shfl.sync.bfly": 3, "fma.rn.bf16x2": 2, "mul.rn.bf16x2": 2, "st.global.b32": 1,
+                  "st.global.b16": 1, "st.global.b8": 1}},
+    4: {"ld.global.v4.b32": 8, "add.rn.f32": 16, "cvt.rn.bf16x2.f32": 16,
+        "fp8": {"shfl.sync.bfly": 6, "cvt.rn.satfinite.e4m3x2.f32": 32, "st.global.b32": 1,
+                "st.global.v2": 8},
+        "mxfp4": {"shfl.sync.bfly": 9, "fma.rn.bf16x2": 32, "mul.rn.bf16x2": 32, "st.global.b32": 10,
+                  "st.global.b16": 0, "st.global.b8": 0}},
+}
+
+
+def test_cutedsl_launch_shape_per_key():
+    """Decode keeps one row a warp; the prefill key's CTA is one whole token (4 warps of 16 rows)."""
+    from dsv4kit.kernels.indexer_q import cutedsl as m
+
+    assert (m.rows_per_warp(1), m.rows_per_cta(1)) == (1, 4)
+    assert (m.rows_per_warp(4), m.rows_per_cta(4)) == (16, 64)
+
+
 def test_every_cutedsl_key_compiles_for_sm90a():
     from dsv4kit.kernels.indexer_q.cutedsl import IndexerQFp8CuTeDSL, IndexerQMxfp4CuTeDSL
 
@@ -145,14 +175,42 @@ def test_every_cutedsl_key_compiles_for_sm90a():
         assert len(keys) == 4
         for key in keys:
             art = kernel.compile_for(key, "sm_90a")
-            assert ".target sm_90a" in art.text["ptx"]
+            ptx = art.text["ptx"]
+            assert ".target sm_90a" in ptx
             assert art.info["registers"] > 0 and art.info["spills"] == 0
-            assert " fma." not in art.text["ptx"] and "mul.rn.f32" in art.text["ptx"]
-            if fmt == "mxfp4":      # the packed recipes of cute_numerics (mxfp4_lane), per row
-                ptx = art.text["ptx"]
-                assert ptx.count("fma.rn.bf16x2") == ptx.count("mul.rn.bf16x2") == 2 * key.coarsen, key
-                assert "add.rn.f32" in ptx          # the rope sums only: 2 per row
-                assert ptx.count("add.rn.f32") == 2 * key.coarsen, key
+            assert art.info["registers"] <= 48, (key, art.info)   # theoretical occupancy >= 0.62
+            # spec §2.1 rule 1: no fp32 FMA (PTX indents with tabs; the bf16x2 fma is the E2M1 recipe)
+            assert re.search(r"\bfma\.\S*f32\b", ptx) is None and "mul.rn.f32" in ptx
+            facts = CUTE_PTX[key.coarsen]
+            want = {k: v for k, v in facts.items() if not isinstance(v, dict)} | facts[fmt]
+            got = {k: ptx.count(k) for k in want}
+            assert got == want, key
+
+
+def test_cutedsl_refuses_row_offsets_past_int32():
+    """The CuTeDSL kernels index rows by int32 words: 2^20 tokens is a clear error before any
+    launch, 2^20 - 1 is accepted (meta tensors: only shapes are read)."""
+    from dsv4kit.kernels.indexer_q.cutedsl import IndexerQFp8CuTeDSL, IndexerQMxfp4CuTeDSL
+
+    def args(t: int, fmt: str):
+        meta = dict(device="meta")
+        q = torch.empty(t, 64, 128, dtype=torch.bfloat16, **meta)
+        ins = (torch.empty(t, dtype=torch.int64, **meta), q, torch.empty(16, 64, **meta),
+               torch.empty(t, 64, dtype=torch.bfloat16, **meta))
+        w = torch.empty(t, 64, **meta)
+        if fmt == "fp8":
+            outs = (torch.empty(t, 64, 128, dtype=torch.float8_e4m3fn, **meta), w)
+        else:
+            outs = (torch.empty(t, 64, 64, dtype=torch.uint8, **meta),
+                    torch.empty(t, 64, dtype=torch.int32, **meta), w)
+        return (*ins, outs, 0.1, 0.1)
+
+    for cls, fmt in ((IndexerQFp8CuTeDSL, "fp8"), (IndexerQMxfp4CuTeDSL, "mxfp4")):
+        kernel = cls(cpu_platform("sm_90a"))
+        assert kernel.launch_args(*args(2**20 - 1, fmt))[-3] == (2**20 - 1) * 64
+        want = r"index_q: expected fewer than 1048576 tokens.*got 1048576 tokens"
+        with pytest.raises(KernelInputError, match=want):
+            kernel.launch_args(*args(2**20, fmt))
 
 
 # --------------------------------------------------------------------------- bad input
