@@ -6,9 +6,9 @@
 #     bash benchmarks/gpu_session_next.sh ncu OUT_DIR       # issue 16: Nsight Compute counters (NCU_FAMILIES)
 #     bash benchmarks/gpu_session_next.sh checks OUT_DIR    # issue 16: GPU numerics of every family, the launch plans,
 #                                                           # the CuTeDSL store hooks' rows per warp (before sweeps1)
-#     bash benchmarks/gpu_session_next.sh sweeps1 OUT_DIR   # issue 16: store-hook, K1/K2, K3, rowquant sweeps
+#     bash benchmarks/gpu_session_next.sh sweeps1 OUT_DIR   # issue 16: store-hook, K1/K2, K7 sweeps
 #     bash benchmarks/gpu_session_next.sh sweeps2 OUT_DIR   # issue 16: the C4 and K8 sweeps
-#     bash benchmarks/gpu_session_next.sh sweeps3 OUT_DIR   # issue 16: K4, K7 sweeps, host overhead
+#     bash benchmarks/gpu_session_next.sh sweeps3 OUT_DIR   # issue 16: K3, rowquant, K4 sweeps, host overhead
 # The phases of earlier sessions (bench1-5, verify*, c4, final1-10, hw1, hw2, next, next2, shapes) are in git
 # history; NOTES.md names the commit each ran at. Before the store phase, on the CPU machine: bash
 # benchmarks/prepare_gpu_store.sh, then carry .carry-store with the call. CuTeDSL first
@@ -59,17 +59,17 @@ checks)  # GPU numerics of every family (bytes or the compressor rule, compiles 
     step k3_check 40 python3 benchmarks/dequant_gather_gpu_check.py --out "$work/dequant_gather_$dev" --cases 60
     step launch_plans 45 python3 benchmarks/launch_plans_gpu_check.py --out "$work/launch_plans_$dev"
     step store_cute_shapes 100 python3 benchmarks/shape_tuning.py store-cute --out "$work/shape_tuning_$dev" ;;
-sweeps1)  # the store hooks (out of L2 at T = 524288), K1/K2, K3 and rowquant sweeps
+sweeps1)  # the kernels changed last: the store hooks (out of L2 at T = 524288), K1/K2, K7
     bench_step store_rows 240
     bench_step indexer_q 120
-    bench_step dequant_gather 70
-    bench_step rowquant 60 ;;
+    bench_step c128_compress 70 ;;
 sweeps2)  # the C4 sweep (out of L2 at T = 262144) and K8's
     bench_step c4_compress 330
     bench_step c128_store 150 ;;
-sweeps3)  # K4, K7, the host table
+sweeps3)  # the kernels whose code did not change (their records' hashes went stale), the host table
+    bench_step dequant_gather 70
+    bench_step rowquant 60
     bench_step save_partial_states 90
-    bench_step c128_compress 70
     host_step 60 ;;
 *) echo "unknown phase $phase ($usage)" >&2; exit 2 ;;
 esac
