@@ -1,8 +1,9 @@
 """K5-K9 references against a float64 loop restatement of pool -> rmsnorm -> rope (§2.8, §3).
 
 The restatement is independent of the reference's vectorised code; stored values must lie within
-one quantization step of the float64 row (the compressor rule's per-element bound), scale bytes
-must match, pad bytes are 0 and every byte that is not written keeps its sentinel.
+one quantization step of the float64 row plus §2.12's allowance (2^-16 of the element's term
+magnitude: fp32 pooling of a cancelling column can land several steps of its own binade away),
+scale bytes must match, pad bytes are 0 and every byte that is not written keeps its sentinel.
 """
 
 from __future__ import annotations
