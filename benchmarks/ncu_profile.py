@@ -171,7 +171,7 @@ def summarize(raw: list[dict[str, str]], labels: list[dict]) -> list[dict]:
 
 def markdown(records: list[dict], prov: dict, ceiling: float | None) -> str:
     lines = [
-        "# Nsight Compute counters of the sweep kernels (H200): `benchmarks/ncu_profile.py`", "",
+        "# Nsight Compute counters of the sweep kernels: `benchmarks/ncu_profile.py`", "",
         f"Recorded {prov.get('date')} at commit `{str(prov.get('commit'))[:10]}` on {prov.get('device')}; "
         f"ncu `{prov.get('ncu_version')}`, `--clock-control none`, one kernel replay per call. "
         "DRAM GB/s = (bytes DRAM read + wrote) / duration (under the profiler); the copy ceiling, "
