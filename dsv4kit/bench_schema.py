@@ -36,6 +36,7 @@ from dsv4kit.results import Recorded, results_dir
 
 __all__ = [
     "BENCH_RUNS",
+    "BENCH_RUNS_H100",
     "HostOverhead",
     "LaunchPlanCheck",
     "BANDWIDTH_FIELDS",
@@ -475,6 +476,12 @@ BENCH_RUNS = tuple(f"bench_h200/{plan}.json" for plan in (
     "indexer_q", "dequant_gather", "save_partial_states", "c4_compress", "c128_compress", "store_rows",
     "rowquant"))
 
+#: The plans ``dsv4kit bench`` recorded on an H100 on 2026-12-06 (``bench_h100/<plan>.json``): the
+#: kernels of that day, which the H200 records predate (another device: another copy ceiling).
+BENCH_RUNS_H100 = tuple(f"bench_h100/{plan}.json" for plan in (
+    "indexer_q", "dequant_gather", "save_partial_states", "c4_compress", "c128_compress", "c128_store",
+    "store_rows", "rowquant"))
+
 #: Every recorded run with timings (or, for the encoders, the record saying there are none):
 #: ``(path under the results directory, converter)``. Runs of other kinds (replays, sanitizers,
 #: stream checks, the K3 fault probes and the faulted sweeps) hold no bandwidth numbers.
@@ -491,6 +498,7 @@ CONVERTERS: tuple[tuple[str, Callable[[Path, str], RecordedRun]], ...] = (
     ("backends_h200.json", _rowquant),
     ("encoders_h200/encoders_gpu_check.json", _encoders),
     *((name, _bench) for name in BENCH_RUNS),
+    *((name, _bench) for name in BENCH_RUNS_H100),
 )
 #: Runs whose record is the current one of their family (the others are history): the one sweep
 #: of every family by ``dsv4kit bench``, and the C128 record for what that sweep lacks (K8a / K8b,

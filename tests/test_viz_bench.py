@@ -46,7 +46,9 @@ def test_recorded_figures_and_tables():
     fig = vb.plot_recorded_bandwidth(runs)
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
     assert len(titles) == sum(1 for r in runs if r.rows)
-    assert all("RECORDED on NVIDIA H200, commit" in t for t in titles)
+    assert all(f"RECORDED on NVIDIA {dev}, commit" in t for t in titles for dev in
+               (("H100 80GB HBM3",) if "bench_h100/" in t else ("H200",)))
+    assert sum("bench_h100/" in t for t in titles) == 8                     # the runs of 2026-12-06
     plt.close(fig)
     fig = vb.plot_roofline(runs)
     assert fig.axes[0].get_xscale() == "log"

@@ -120,15 +120,17 @@ def plot_recorded_bandwidth(runs: Sequence[RecordedRun], ncols: int = 3) -> Any:
     return fig
 
 
-def largest_point(rows: Iterable[BenchRow]) -> dict[tuple[str, str], BenchRow]:
-    """``(kernel, backend) -> the kernel row of the largest size`` (best config there)."""
+def largest_point(rows: Iterable[BenchRow], worst: bool = False) -> dict[tuple[str, str], BenchRow]:
+    """``(kernel, backend) -> the kernel row of the largest size``: the best config there, or with
+    ``worst`` the slowest one (what a target "every config" must hold for)."""
     out: dict[tuple[str, str], BenchRow] = {}
+    sign = -1 if worst else 1
     for r in rows:
         if r.variant != KERNEL or r.GBps is None or r.error or not r.bytes:
             continue
         k = (r.kernel, r.backend)
         cur = out.get(k)
-        if cur is None or (r.size, r.GBps) > (cur.size, cur.GBps):
+        if cur is None or (r.size, sign * r.GBps) > (cur.size, sign * cur.GBps):
             out[k] = r
     return out
 
@@ -199,11 +201,12 @@ def status_markdown(runs: Sequence[RecordedRun]) -> str:
     return "\n".join(lines)
 
 
-def headline_markdown(runs: Sequence[RecordedRun]) -> str:
-    """Each kernel and backend at its largest recorded size: GB/s and fraction of the copy."""
+def headline_markdown(runs: Sequence[RecordedRun], worst: bool = False) -> str:
+    """Each kernel and backend at its largest recorded size: GB/s and fraction of the copy, of its
+    best config (``worst``: its slowest, :func:`largest_point`)."""
     lines = ["| run | kernel | backend | size | config | GB/s | of copy |", "|---" * 7 + "|"]
     for run in runs:
-        for (kernel, backend), r in sorted(largest_point(run.rows).items()):
+        for (kernel, backend), r in sorted(largest_point(run.rows, worst).items()):
             frac = f"{100 * r.fraction_of_copy:.1f} %" if r.fraction_of_copy is not None else "-"
             lines.append(f"| `{run.name}` | {kernel} | {backend} | {r.size} | {r.config or '-'} | "
                          f"{r.GBps:.0f} | {frac} |")
