@@ -1,7 +1,8 @@
 """Exact arithmetic for CuTeDSL kernels (spec §2.1).
 
-* ``mul_rn`` / ``add_rn`` / ``sub_rn`` emit ``.rn`` PTX, which ptxas never contracts into an
-  FMA (rule 1: every product and sum rounded separately).
+* ``mul_rn`` / ``add_rn`` / ``sub_rn`` / ``div_rn`` / ``sqrt_rn`` emit ``.rn`` PTX, which ptxas
+  never contracts into an FMA (rule 1: every product and sum rounded separately); ``exp_f32`` is
+  Triton's ``tl.exp`` (the compressors' exp, §2.12). Each is one :func:`inline_ptx` block.
 * bf16 rounding: the Triton kernels' integer recipe :func:`round_bf16` (fp32 in, fp32 out), or
   the hardware RNE ``cvt.rn.bf16x2.f32`` (:func:`bf16x2_rn`, two values packed); e4m3 uses the
   hardware RNE conversion. The spec allows CuTeDSL both (§2.1 rule 3), and the GPU tests compare
@@ -12,6 +13,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import cutlass
 import cutlass.cute as cute
 from cutlass import Boolean, Float32, Int32, Uint32
@@ -19,20 +23,19 @@ from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 
+def inline_ptx(ret: Any, args: Sequence[Any], body: str, cons: str, loc=None, ip=None) -> Any:
+    """One side-effect-free inline PTX block: ``ret`` the MLIR result type (``T.f32()``, ``T.i32()``),
+    ``args`` DSL scalars (``$1``, ``$2``, ... in ``body``; ``$0`` the result), ``cons`` the LLVM
+    constraints (``"=f,f,f"``). Every hand-written instruction of the CuTeDSL kernels goes through it.
+    """
+    return llvm.inline_asm(ret, [a.ir_value(loc=loc, ip=ip) for a in args], body, cons,
+                           has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
+                           loc=loc, ip=ip)
+
+
 def _rn(op: str, a: Float32, b: Float32, loc=None, ip=None) -> Float32:
-    return Float32(
-        llvm.inline_asm(
-            T.f32(),
-            [Float32(a).ir_value(loc=loc, ip=ip), Float32(b).ir_value(loc=loc, ip=ip)],
-            f"{op}.rn.f32 $0, $1, $2;",
-            "=f,f,f",
-            has_side_effects=False,
-            is_align_stack=False,
-            asm_dialect=llvm.AsmDialect.AD_ATT,
-            loc=loc,
-            ip=ip,
-        )
-    )
+    return Float32(inline_ptx(T.f32(), [Float32(a), Float32(b)], f"{op}.rn.f32 $0, $1, $2;", "=f,f,f",
+                              loc, ip))
 
 
 @dsl_user_op
@@ -90,29 +93,33 @@ def e4m3x4(y0: Float32, y1: Float32, y2: Float32, y3: Float32, *, loc=None, ip=N
     ``cvt.rn.satfinite.e4m3x2.f32`` rounds to nearest even, keeps the sign of zero, and
     saturates at 448 (inputs are at most 448 here anyway). sm_89 and newer.
     """
-    vals = [Float32(v).ir_value(loc=loc, ip=ip) for v in (y0, y1, y2, y3)]
-    return Uint32(
-        llvm.inline_asm(
-            T.i32(),
-            vals,
-            "{ .reg .b16 lo, hi;\n"
+    body = ("{ .reg .b16 lo, hi;\n"
             "cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1;\n"
             "cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3;\n"
-            "mov.b32 $0, {lo, hi}; }",
-            "=r,f,f,f,f",
-            has_side_effects=False,
-            is_align_stack=False,
-            asm_dialect=llvm.AsmDialect.AD_ATT,
-            loc=loc,
-            ip=ip,
-        )
-    )
+            "mov.b32 $0, {lo, hi}; }")
+    return Uint32(inline_ptx(T.i32(), [Float32(v) for v in (y0, y1, y2, y3)], body, "=r,f,f,f,f", loc, ip))
 
 
-def _asm(ret, args, body: str, cons: str, loc=None, ip=None):
-    return llvm.inline_asm(ret, [a.ir_value(loc=loc, ip=ip) for a in args], body, cons,
-                           has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
-                           loc=loc, ip=ip)
+@dsl_user_op
+def div_rn(a: Float32, b: Float32, *, loc=None, ip=None) -> Float32:
+    """``fl(a / b)``: ``div.rn.f32``, the correctly rounded IEEE division."""
+    return _rn("div", a, b, loc, ip)
+
+
+@dsl_user_op
+def sqrt_rn(a: Float32, *, loc=None, ip=None) -> Float32:
+    """``fl(sqrt(a))``: ``sqrt.rn.f32``, the correctly rounded IEEE square root."""
+    return Float32(inline_ptx(T.f32(), [Float32(a)], "sqrt.rn.f32 $0, $1;", "=f,f", loc, ip))
+
+
+@dsl_user_op
+def exp_f32(x: Float32, *, loc=None, ip=None) -> Float32:
+    """``exp(x)`` as Triton's ``tl.exp`` computes it on the GPU: ``ex2.approx.f32(fl(x * fl(log2 e)))``
+    (the same two PTX instructions, so both backends weigh a row alike; the compressors and K7 use
+    it, spec §2.12). ``x <= 0`` there (-inf: +0); ``ex2.approx`` is within 2 ulp and keeps subnormal
+    results (no ``.ftz``)."""
+    body = "{ .reg .f32 t;\nmul.rn.f32 t, $1, 0f3FB8AA3B;\nex2.approx.f32 $0, t; }"
+    return Float32(inline_ptx(T.f32(), [Float32(x)], body, "=f,f", loc, ip))
 
 
 @dsl_user_op
@@ -120,21 +127,21 @@ def bf16x2_rn(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
     """RNE of two fp32 to bf16, packed (``lo`` in the low half): one ``cvt.rn.bf16x2.f32``
     (spec §2.1 rule 3 allows CuTeDSL the hardware RNE conversion; overflow gives inf, as the
     integer recipe :func:`round_bf16` does)."""
-    return Uint32(_asm(T.i32(), [Float32(hi), Float32(lo)], "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f",
-                       loc, ip))
+    return Uint32(inline_ptx(T.i32(), [Float32(hi), Float32(lo)], "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f",
+                             loc, ip))
 
 
 @dsl_user_op
 def bf16x2_op(op: str, a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
     """``op`` (``max`` or ``mul.rn``) per half of two packed bf16x2 words (sm_90: bf16 arithmetic
     has no ``.ftz`` form; a subnormal product is rounded, not flushed)."""
-    return Uint32(_asm(T.i32(), [Uint32(a), Uint32(b)], f"{op}.bf16x2 $0, $1, $2;", "=r,r,r", loc, ip))
+    return Uint32(inline_ptx(T.i32(), [Uint32(a), Uint32(b)], f"{op}.bf16x2 $0, $1, $2;", "=r,r,r", loc, ip))
 
 
 @dsl_user_op
 def bf16x2_fma(a: Uint32, b: Uint32, c: Uint32, *, loc=None, ip=None) -> Uint32:
     """``fl(a * b + c)`` per bf16 half, one RNE rounding of the exact result."""
-    return Uint32(_asm(T.i32(), [Uint32(a), Uint32(b), Uint32(c)], "fma.rn.bf16x2 $0, $1, $2, $3;",
+    return Uint32(inline_ptx(T.i32(), [Uint32(a), Uint32(b), Uint32(c)], "fma.rn.bf16x2 $0, $1, $2, $3;",
                        "=r,r,r,r", loc, ip))
 
 
@@ -142,7 +149,8 @@ def bf16x2_fma(a: Uint32, b: Uint32, c: Uint32, *, loc=None, ip=None) -> Uint32:
 def prmt(a: Uint32, b: Uint32, sel: int, *, loc=None, ip=None) -> Uint32:
     """Byte permute of {b, a} (``prmt.b32``: bytes 0-3 are ``a``'s, 4-7 ``b``'s; a selector
     nibble of 8 or more replicates the chosen byte's sign bit into all 8 bits)."""
-    return Uint32(_asm(T.i32(), [Uint32(a), Uint32(b)], f"prmt.b32 $0, $1, $2, {sel:#x};", "=r,r,r", loc, ip))
+    return Uint32(inline_ptx(T.i32(), [Uint32(a), Uint32(b)], f"prmt.b32 $0, $1, $2, {sel:#x};", "=r,r,r",
+                             loc, ip))
 
 
 # --------------------------------------------------------------------------- MXFP4 (§2.4)

@@ -22,6 +22,7 @@ pytest.importorskip("cutlass")
 
 from dsv4kit.backends.cutedsl import count_cute_compiles  # noqa: E402
 from dsv4kit.errors import KernelInputError  # noqa: E402
+from dsv4kit.kernels import cute_numerics  # noqa: E402
 from dsv4kit.kernels.c4_compress import SPECS, C4CompressConfig  # noqa: E402
 from dsv4kit.kernels.c4_compress import cutedsl as c4_cute  # noqa: E402
 from dsv4kit.kernels.c4_compress.cases import OPS, make_case  # noqa: E402
@@ -225,7 +226,7 @@ def test_exp_is_tritons() -> None:
     ptx = triton.compile(src, target=target, options={"enable_fp_fusion": False}).asm["ptx"]
     triton_ops = [ln.split()[0] for ln in ptx.splitlines() if "ex2" in ln or "0f3FB8AA3B" in ln]
     assert triton_ops == ["mul.rn.f32", "ex2.approx.f32"]
-    asm = inspect.getsource(c4_cute.exp_f32)
+    asm = inspect.getsource(cute_numerics.exp_f32)
     assert "mul.rn.f32 t, $1, 0f3FB8AA3B" in asm and "ex2.approx.f32 $0, t" in asm
 
 

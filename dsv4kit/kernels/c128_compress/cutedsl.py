@@ -54,7 +54,7 @@ K8a; the runtime values are passed too, equal by dispatch, and ignored); K8b pas
 runtime.
 
 Numerics. Every product and sum is an ``.rn`` instruction (never contracted into an FMA);
-``exp`` is :func:`~dsv4kit.kernels.c4_compress.cutedsl.exp_f32`, Triton's ``tl.exp``
+``exp`` is :func:`~dsv4kit.kernels.cute_numerics.exp_f32`, Triton's ``tl.exp``
 (``ex2.approx.f32`` of ``fl(x log2 e)``: the spec allows approximate exp2 in K7; it replaced a
 25-instruction exact exp); the one division per column is ``div.rn.f32``. K7 follows the FP32
 rule: the pooled value ``fl(A / S)`` differs from the reference's ``sum_j fl(e_j / S) k_j`` by
@@ -79,7 +79,7 @@ from cutlass import BFloat16, Float32, Int32, Int64, Uint8
 
 from dsv4kit.backends.cutedsl import CuTeDSLJitKernel, fake_stream, fake_tensor, sym
 from dsv4kit.errors import input_error
-from dsv4kit.kernels.c4_compress.cutedsl import exp_f32, norm_rope
+from dsv4kit.kernels.c4_compress.cutedsl import norm_rope
 from dsv4kit.kernels.c128_compress.spec import (
     C128CompressBase,
     C128StoreDsMlaBase,
@@ -87,8 +87,8 @@ from dsv4kit.kernels.c128_compress.spec import (
     NormStoreOperands,
     StateOperands,
 )
-from dsv4kit.kernels.cute_numerics import add_rn, mul_rn, sub_rn
-from dsv4kit.kernels.encoders.cutedsl import cache_align, div_rn, encode_store
+from dsv4kit.kernels.cute_numerics import add_rn, div_rn, exp_f32, mul_rn, sub_rn
+from dsv4kit.kernels.encoders.cutedsl import cache_align, encode_store
 from dsv4kit.kernels.encoders.spec import E1, key_encoder
 
 __all__ = ["GROUP", "K7_WARPS", "K8_WARPS", "NCHUNK", "C128CompressCuTeDSL", "C128StoreDsMlaCuTeDSL",

@@ -57,20 +57,20 @@ Then, both kernels, by one warp per token:
 6. ``encode_store`` with the key's encoder (E1; E2 / E3; E4 / E5), the very routine the store
    hooks run.
 
-Numerics, the same in both kernels and the same as the Triton kernels': every product and sum
-is an ``.rn`` instruction (never contracted into an FMA); ``exp`` is :func:`exp_f32`, Triton's
-``tl.exp`` (``ex2.approx.f32`` of ``fl(x log2 e)``: the spec allows approximate exp2 in the
-compressors); one IEEE division per column, ``c = div.rn(sum_j fl(e_j k_j), S)``, where the
-reference divides each weight ``e_j / S`` (another rounding of the same value); the norm
-``sqrt.rn.f32`` / ``div.rn.f32`` as the reference. The 8-row sums run in the reference's order
-(j = 0..7, as PyTorch's CPU reduction). So the pooled value differs from the reference's by a few
-fp32 roundings and results follow the compressor rule of §2.12 (its allowance, ``2^-16`` of the
-term magnitude, holds: ``ex2.approx`` is within 2 ulp, and rounding ``x log2 e`` moves a weight by
-at most ``|x| 2^-24`` relative, under ``2^-17`` for every ``x`` above the exp's underflow). Why not
-exact: a Cody-Waite exp from ``.rn`` operations (about 25 instructions) and an IEEE division per
-weight (8 per column) were more than half of the kernels' instructions (static SASS per thread,
-``benchmarks/sass_mix.py``: K5 at T = 262144 5300 -> 2180, K9 1727 -> 831). The encode step is
-bit-exact given y.
+Numerics, the same in both kernels and the same as the Triton kernels': every product and sum is an
+``.rn`` instruction (never contracted into an FMA); ``exp`` is
+:func:`~dsv4kit.kernels.cute_numerics.exp_f32`, Triton's ``tl.exp`` (``ex2.approx.f32`` of ``fl(x
+log2 e)``: the spec allows approximate exp2 in the compressors); one IEEE division per column, ``c =
+div.rn(sum_j fl(e_j k_j), S)``, where the reference divides each weight ``e_j / S`` (another
+rounding of the same value); the norm ``sqrt.rn.f32`` / ``div.rn.f32`` as the reference. The 8-row
+sums run in the reference's order (j = 0..7, as PyTorch's CPU reduction). So the pooled value
+differs from the reference's by a few fp32 roundings and results follow the compressor rule of §2.12
+(its allowance, ``2^-16`` of the term magnitude, holds: ``ex2.approx`` is within 2 ulp, and rounding
+``x log2 e`` moves a weight by at most ``|x| 2^-24`` relative, under ``2^-17`` for every ``x`` above
+the exp's underflow). Why not exact: a Cody-Waite exp from ``.rn`` operations (about 25
+instructions) and an IEEE division per weight (8 per column) were more than half of the kernels'
+instructions (static SASS per thread, ``benchmarks/sass_mix.py``: K5 at T = 262144 5300 -> 2180, K9
+1727 -> 831). The encode step is bit-exact given y.
 
 One compile per key serves every T, number of requests, block-table width, state pool (blocks,
 block stride, sbs), cache (pages, kv_bs, page stride) and norm weight of the key's dtype.
@@ -84,8 +84,6 @@ import cutlass
 import cutlass.cute as cute
 import torch
 from cutlass import BFloat16, Float32, Int32, Int64, Uint8
-from cutlass._mlir.dialects import llvm
-from cutlass.cutlass_dsl import T, dsl_user_op
 
 from dsv4kit.backends.cutedsl import CuTeDSLJitKernel, fake_stream, fake_tensor, sym
 from dsv4kit.errors import input_error
@@ -95,14 +93,14 @@ from dsv4kit.kernels.c4_compress.spec import (
     CompressOperands,
     IndexerCompressBase,
 )
-from dsv4kit.kernels.cute_numerics import add_rn, mul_rn, sub_rn
-from dsv4kit.kernels.encoders.cutedsl import cache_align, div_rn, elems_per_lane, encode_store
+from dsv4kit.kernels.cute_numerics import add_rn, div_rn, exp_f32, mul_rn, sqrt_rn, sub_rn
+from dsv4kit.kernels.encoders.cutedsl import cache_align, elems_per_lane, encode_store
 from dsv4kit.kernels.encoders.spec import key_encoder
 
 __all__ = ["CTA_MIN_CTAS_PER_SM", "CTA_PER_TOKEN_UP_TO", "TOKENS_PER_WARP", "WARPS",
            "WARP_MIN_CTAS_PER_SM", "C4CompressDsMlaCuTeDSL", "C4CompressPlainCuTeDSL",
-           "IndexerCompressCuTeDSL", "c4_compress_host", "cta_per_token", "exp_f32", "launch_grid",
-           "norm_rope", "pool_column", "pool_norm_rope", "sqrt_rn"]
+           "IndexerCompressCuTeDSL", "c4_compress_host", "cta_per_token", "launch_grid", "norm_rope",
+           "pool_column", "pool_norm_rope"]
 
 #: The decode kernel (a CTA per token) runs up to this many tokens, the prefill kernel above. Measured
 #: on the H200 (``benchmarks/results/c4_split_h200``): the decode kernel wins up to T = 2048 (head 512:
@@ -123,44 +121,6 @@ WARP_MIN_CTAS_PER_SM = 6
 _ROWS = 8                    # the C4 window: 4 previous rows (half A) + 4 current rows (half B)
 _CHUNK = 128                 # prefill: columns per pooling chunk, 32 lanes x 4
 _NORM_DTYPES = {"bfloat16": BFloat16, "float32": Float32}
-
-
-@dsl_user_op
-def sqrt_rn(a: Float32, *, loc=None, ip=None) -> Float32:
-    """``fl(sqrt(a))``: ``sqrt.rn.f32``, the correctly rounded IEEE square root."""
-    return Float32(
-        llvm.inline_asm(
-            T.f32(),
-            [Float32(a).ir_value(loc=loc, ip=ip)],
-            "sqrt.rn.f32 $0, $1;",
-            "=f,f",
-            has_side_effects=False,
-            is_align_stack=False,
-            asm_dialect=llvm.AsmDialect.AD_ATT,
-            loc=loc,
-            ip=ip,
-        )
-    )
-
-
-@dsl_user_op
-def exp_f32(x: Float32, *, loc=None, ip=None) -> Float32:
-    """``exp(x)`` as Triton's ``tl.exp`` computes it on the GPU: ``ex2.approx.f32(fl(x * fl(log2 e)))``
-    (the same two PTX instructions, so both backends weigh a row alike). ``x <= 0`` here (-inf: +0);
-    ``ex2.approx`` is within 2 ulp and keeps subnormal results (no ``.ftz``)."""
-    return Float32(
-        llvm.inline_asm(
-            T.f32(),
-            [Float32(x).ir_value(loc=loc, ip=ip)],
-            "{ .reg .f32 t;\nmul.rn.f32 t, $1, 0f3FB8AA3B;\nex2.approx.f32 $0, t; }",
-            "=f,f",
-            has_side_effects=False,
-            is_align_stack=False,
-            asm_dialect=llvm.AsmDialect.AD_ATT,
-            loc=loc,
-            ip=ip,
-        )
-    )
 
 
 @cute.jit

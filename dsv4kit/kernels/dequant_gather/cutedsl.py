@@ -30,11 +30,11 @@ import cutlass
 import cutlass.cute as cute
 import torch
 from cutlass import Float32, Int16, Int32, Int64, Uint8, Uint32
-from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 from dsv4kit.backends.cutedsl import CuTeDSLJitKernel, fake_stream, fake_tensor, sym
 from dsv4kit.formats.ds_mla import DS_ENTRY_BYTES
+from dsv4kit.kernels.cute_numerics import inline_ptx
 from dsv4kit.kernels.dequant_gather.spec import DequantGatherBase
 
 __all__ = ["DequantGatherCuTeDSL", "dequant_gather_host"]
@@ -63,11 +63,7 @@ def _dequant_pair(word: Uint32, half: int, scale: Float32, *, loc=None, ip=None)
     range), and ``prmt`` packs the two fp32 top halves: the bf16 bits, as the product is a bf16
     value (outside the contract range the low half is truncated: unspecified values).
     """
-    return Uint32(
-        llvm.inline_asm(
-            T.i32(),
-            [Uint32(word).ir_value(loc=loc, ip=ip), Float32(scale).ir_value(loc=loc, ip=ip)],
-            "{ .reg .b16 c0, c1, v0, v1; .reg .b32 h; .reg .f32 f0, f1;\n"
+    body = ("{ .reg .b16 c0, c1, v0, v1; .reg .b32 h; .reg .f32 f0, f1;\n"
             "mov.b32 {c0, c1}, $1;\n"
             f"cvt.rn.f16x2.e4m3x2 h, c{half};\n"
             "mov.b32 {v0, v1}, h;\n"
@@ -75,15 +71,8 @@ def _dequant_pair(word: Uint32, half: int, scale: Float32, *, loc=None, ip=None)
             "cvt.f32.f16 f1, v1;\n"
             "mul.rn.f32 f0, f0, $2;\n"
             "mul.rn.f32 f1, f1, $2;\n"
-            "prmt.b32 $0, f0, f1, 0x7632; }",
-            "=r,r,f",
-            has_side_effects=False,
-            is_align_stack=False,
-            asm_dialect=llvm.AsmDialect.AD_ATT,
-            loc=loc,
-            ip=ip,
-        )
-    )
+            "prmt.b32 $0, f0, f1, 0x7632; }")
+    return Uint32(inline_ptx(T.i32(), [Uint32(word), Float32(scale)], body, "=r,r,f", loc, ip))
 
 
 @cute.kernel

@@ -60,8 +60,6 @@ import cutlass
 import cutlass.cute as cute
 import torch
 from cutlass import Float32, Int32, Int64, Uint8, Uint16, Uint32, Uint64
-from cutlass._mlir.dialects import llvm
-from cutlass.cutlass_dsl import T, dsl_user_op
 
 from dsv4kit.backends.cutedsl import CuTeDSLJitKernel, fake_stream, fake_tensor, sym
 from dsv4kit.kernels.cute_numerics import (
@@ -69,6 +67,7 @@ from dsv4kit.kernels.cute_numerics import (
     bf16x2_op,
     bf16x2_rn,
     clog2,
+    div_rn,
     e4m3x4,
     mul_rn,
     mx_scale_byte,
@@ -90,7 +89,7 @@ from dsv4kit.kernels.encoders.spec import (
 )
 
 __all__ = ["StoreRowsDsCuTeDSL", "StoreRowsIndexerCuTeDSL", "StoreRowsPlainCuTeDSL", "WARPS", "cache_align",
-           "div_rn", "elems_per_lane", "encode_store", "rows_per_warp", "store_rows_host"]
+           "elems_per_lane", "encode_store", "rows_per_warp", "store_rows_host"]
 
 #: Warps (rows) per CTA of the store hook.
 WARPS = 4
@@ -116,24 +115,6 @@ def elems_per_lane(nb: int) -> int:
 def cache_align(enc: int) -> int:
     """The byte alignment the kernel assumes of the cache base (host-checked by the hooks)."""
     return 32 if enc == E1 else 16
-
-
-@dsl_user_op
-def div_rn(a: Float32, b: Float32, *, loc=None, ip=None) -> Float32:
-    """``fl(a / b)``: ``div.rn.f32``, the correctly rounded IEEE division."""
-    return Float32(
-        llvm.inline_asm(
-            T.f32(),
-            [Float32(a).ir_value(loc=loc, ip=ip), Float32(b).ir_value(loc=loc, ip=ip)],
-            "div.rn.f32 $0, $1, $2;",
-            "=f,f,f",
-            has_side_effects=False,
-            is_align_stack=False,
-            asm_dialect=llvm.AsmDialect.AD_ATT,
-            loc=loc,
-            ip=ip,
-        )
-    )
 
 
 def _check_encoder(enc: int, nb: int) -> int:

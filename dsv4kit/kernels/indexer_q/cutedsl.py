@@ -309,6 +309,24 @@ def _bfly_max(m: Uint32, lanes: int) -> Uint32:
     return m
 
 
+def _split_lane(slots: int) -> tuple:
+    """The split layout's lane coordinates: ``(g, k, first)``, lane ``8g + k`` of the warp whose
+    first row is ``first`` (``SLOT_ROWS * slots`` rows a warp, :data:`WARPS_PER_CTA` warps a CTA)."""
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    lane = tidx % 32
+    first = (bidx * WARPS_PER_CTA + tidx // 32) * (SLOT_ROWS * slots)
+    return lane // 8, lane % 8, first
+
+
+def _split_loads(mPos, mQ, mCS, g, k, first, slots: int) -> tuple:
+    """Every load of a split-layout lane, issued up front: per slot j its row's (nope, rope) 16-byte
+    pairs (row ``first + 4j + g``, dims 8k.. and 64 + 8k..), and the token's cos / sin of dims 8k.."""
+    at = (first + g) * 32 + k * 2                       # int64 word of the lane's first nope dim, slot 0
+    vals = [(_load8(mQ, at + j * 128), _load8(mQ, at + j * 128 + 16)) for j in range(slots)]
+    return vals, _cos_sin8(mPos, mCS, first, k)
+
+
 @cute.kernel
 def _fp8_split_kernel(mPos, mQ, mCS, mW, mQout, mWout, num_rows: Int32, ss: Float32, hs: Float32,
                       slots: cutlass.Constexpr):
@@ -317,16 +335,10 @@ def _fp8_split_kernel(mPos, mQ, mCS, mW, mQout, mWout, num_rows: Int32, ss: Floa
     lane rotates 8 dims and none computes a discarded rotation. The row amax is a max over the
     lane's 16 values and a butterfly over its 8 lanes (two slots share one bf16x2 word). Lane
     ``8g + k`` with ``k < slots`` stores the weight of row ``first + 4k + g``."""
-    tidx, _, _ = cute.arch.thread_idx()
-    bidx, _, _ = cute.arch.block_idx()
-    lane = tidx % 32
-    g, k = lane // 8, lane % 8
-    first = (bidx * WARPS_PER_CTA + tidx // 32) * (SLOT_ROWS * slots)
+    g, k, first = _split_lane(slots)
     # num_rows is a multiple of 64 and rows_per_warp divides 64: a warp is all in range, one token.
     if first < num_rows:
-        at = (first + g) * 32 + k * 2                   # int64 word of the lane's first nope dim, slot 0
-        vals = [(_load8(mQ, at + j * 128), _load8(mQ, at + j * 128 + 16)) for j in range(slots)]
-        cs = _cos_sin8(mPos, mCS, first, k)
+        vals, cs = _split_loads(mPos, mQ, mCS, g, k, first, slots)
         ws = [_words(n) + _rope8(_words(r), cs) for n, r in vals]   # 8 bf16x2 words a slot
         e_mine = Int32(0)                                # lane 8g + k (k < slots): row 4k + g's exponent
         for j0 in cutlass.range_constexpr(0, slots, 2):  # slots in pairs: one word through the butterfly
@@ -361,15 +373,9 @@ def _mxfp4_split_kernel(mPos, mQ, mCS, mW, mQout, mScale, mWout, num_rows: Int32
     lane stores its 16 codes as two 4-byte words. The scale word of row ``first + 4k + g`` is
     assembled in lane ``8g + k`` (k < slots) from its bytes and lane ``8g + k + 4``'s (one
     shuffle) and stored as one int32."""
-    tidx, _, _ = cute.arch.thread_idx()
-    bidx, _, _ = cute.arch.block_idx()
-    lane = tidx % 32
-    g, k = lane // 8, lane % 8
-    first = (bidx * WARPS_PER_CTA + tidx // 32) * (SLOT_ROWS * slots)
+    g, k, first = _split_lane(slots)
     if first < num_rows:
-        at = (first + g) * 32 + k * 2
-        vals = [(_load8(mQ, at + j * 128), _load8(mQ, at + j * 128 + 16)) for j in range(slots)]
-        cs = _cos_sin8(mPos, mCS, first, k)
+        vals, cs = _split_loads(mPos, mQ, mCS, g, k, first, slots)
         sel = k % 4                                      # the slot whose scale bytes this lane gathers
         mine = Uint32(0)
         for j in cutlass.range_constexpr(slots):
