@@ -363,8 +363,9 @@ def _token_cta_kernel(
     sRow = smem.allocate_tensor(Float32, cute.make_layout(D), byte_alignment=16)
 
     p = mPos[t]                      # every thread reads the token (broadcast): a CTA-uniform test
+    req = mReq[t]                    # before the test, not after it: one dependent round trip less
     if mSlot[t] >= Int64(0) and mKvSlot[t] >= Int64(0) and (p & Int64(3)) == Int64(3):
-        mine = _row_offsets(mBT, mReq[t], p, sbs, block_stride, bt_stride, D)
+        mine = _row_offsets(mBT, req, p, sbs, block_stride, bt_stride, D)
         sRow[tidx] = pool_column(mState, mine, Int64(tidx), p >= Int64(_ROWS - 1), D)
         cute.arch.sync_threads()
         if tidx < 32:
@@ -410,12 +411,16 @@ def _token_warp_kernel(
         sBuf = smem.allocate_tensor(Float32, cute.make_layout((D, WARPS)), byte_alignment=16)
         sRow = sBuf[None, warp]
 
-    # The warp's tokens: lane i < G reads token first + i; a ballot marks the live boundary ones.
-    # A live token's fields are read again (L1 hits) rather than kept in lanes 0..3 across the loop.
+    # The warp's tokens: lane i < G reads token first + i (its request too, before the boundary test,
+    # so that the block-table lookups wait for one round trip, not two); a ballot marks the live
+    # boundary ones. A live token's position and kv slot are read again (L1 hits), its request
+    # shuffled from lane i, rather than kept in lanes 0..3 across the loop.
     t = first + lane
     live = cutlass.Boolean(False)
+    req = Int32(0)
     if lane < TOKENS_PER_WARP and t < n:
         p = mPos[t]
+        req = mReq[t]
         if mSlot[t] >= Int64(0) and mKvSlot[t] >= Int64(0) and (p & Int64(3)) == Int64(3):
             live = cutlass.Boolean(True)
     todo = cute.arch.vote_ballot_sync(live)
@@ -424,7 +429,8 @@ def _token_warp_kernel(
             ti = first + i
             ti_p = mPos[ti]
             ti_slot = mKvSlot[ti]
-            y = pool_norm_rope(mState, mBT, mNW, mCS, sRow, mReq[ti], ti_p, sbs, block_stride, bt_stride, eps,
+            ti_req = cute.arch.shuffle_sync(req, i)
+            y = pool_norm_rope(mState, mBT, mNW, mCS, sRow, ti_req, ti_p, sbs, block_stride, bt_stride, eps,
                                D)
             encode_store(y, mCache, mScale, ti_slot, kv_bs, page_stride, enc, D // 64)
 

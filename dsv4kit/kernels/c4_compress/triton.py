@@ -2,20 +2,19 @@
 
 Mapping: tokens go in chunks of ``chunk`` consecutive tokens (:func:`launch_shape`: 1 for
 decode-sized batches; from :data:`SHARE_FROM_TOKENS` tokens 8, of which about 2 are boundaries) and
-the grid has ``min(chunks, MAX_PROGRAMS)`` programs, program i taking chunks i, i + grid, ...
-``D / 128`` warps; each thread holds 4 consecutive columns (16-byte loads). Per chunk, a program
-loads the position, slots and request of its tokens in one round trip, and the block-table
-entries of the two row groups of every boundary window in a second; then, for each live boundary
-token among them (slot >= 0, kv slot >= 0, ``(p + 1) % 4 == 0``), pools its window: the eight
-state rows (positions ``p - 7 .. p``; rows 0..3 read half A, rows 4..7 half B; rows 0..3 are
+the grid has ``min(chunks, MAX_PROGRAMS)`` programs, program i taking chunks i, i + grid, ... ``D /
+128`` warps; each thread holds 4 consecutive columns (16-byte loads). Per chunk, a program loads the
+position, slots and request of its tokens in one round trip, and the block-table entries of the two
+row groups of every boundary window in a second (the window rows: a third); then, for each live
+boundary token among them (slot >= 0, kv slot >= 0, ``(p + 1) % 4 == 0``), pools its window: the
+eight state rows (positions ``p - 7 .. p``; rows 0..3 read half A, rows 4..7 half B; rows 0..3 are
 absent for the first boundary p = 3) are eight separate ``[D]`` vectors, so the per-column
 max-subtracted softmax runs in each thread's registers (:func:`pool_window`). RMSNorm follows over
-the D columns (``sqrt_rn`` and ``div_rn``: IEEE like the reference; the one cross-thread
-reduction), then RoPE of the fp32 normalized values at cos/sin row ``(p // 4) * 4`` (loaded before
-the pooling): the row is viewed as ``[D / 64, 32, 2]`` (64-blocks x GPT-J pairs) and only the last
-block is rotated. The result ``y [D / 64, 64]`` goes to
-:func:`~dsv4kit.kernels.encoders.triton.encode_store` with the key's encoder (E1; E2 / E3; E4 / E5),
-the very routine the store hooks run.
+the D columns (``sqrt_rn`` and ``div_rn``: IEEE like the reference; the one cross-thread reduction),
+then RoPE of the fp32 normalized values at cos/sin row ``(p // 4) * 4`` (loaded before the pooling):
+the row is viewed as ``[D / 64, 32, 2]`` (64-blocks x GPT-J pairs) and only the last block is
+rotated. The result ``y [D / 64, 64]`` goes to :func:`~dsv4kit.kernels.encoders.triton.encode_store`
+with the key's encoder (E1; E2 / E3; E4 / E5), the very routine the store hooks run.
 
 Numerics: launched with FMA contraction off; every product and sum rounds separately. exp is
 the backend's (``tl.exp``); the softmax sums run in row order and the pooled value is
@@ -174,15 +173,16 @@ def _compress_chunks(state_ptr, req_ptr, pos_ptr, slot_ptr, bt_ptr, nw_ptr, cs_p
     n_chunks = (T + chunk - 1) // chunk
     c = tl.program_id(0).to(tl.int64)
     while c < n_chunks:
-        # The chunk's per-token words in one round trip, then the block-table entries of its windows'
-        # two row groups (rows 0 and 4) in a second one (H200: 3-6 points faster than each window
-        # looking its own up once the grid is capped; benchmarks/results/c4_tuning_h200).
+        # The chunk's per-token words in one round trip (the request too, for every token: masked by
+        # the boundary test it waited for that test's loads), then the block-table entries of its
+        # windows' two row groups (rows 0 and 4) in a second one (H200: 3-6 points faster than each
+        # window looking its own up once the grid is capped; benchmarks/results/c4_tuning_h200).
         tok = c * chunk + lane
         inb = (lane < chunk) & (tok < T)
         pv = tl.load(pos_ptr + tok, mask=inb, other=0)
         kvv = tl.load(kv_slot_ptr + tok, mask=inb, other=-1)
+        rv = tl.load(req_ptr + tok, mask=inb, other=0).to(tl.int64)
         live = (tl.load(slot_ptr + tok, mask=inb, other=-1) >= 0) & (kvv >= 0) & ((pv + 1) % 4 == 0)
-        rv = tl.load(req_ptr + tok, mask=live, other=0).to(tl.int64)
         prev = live & (pv >= 7)
         qa = tl.where(prev, pv - 7, 0)
         qb = tl.where(live, pv - 3, 0)
