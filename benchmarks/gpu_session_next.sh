@@ -4,8 +4,7 @@
 #     bash benchmarks/gpu_session_next.sh store OUT_DIR     # issue 15: the CPU-built store, loaded here
 #     bash benchmarks/gpu_session_next.sh finish OUT_DIR    # issues 15 + 14: hash parts, warmup table, pipeline
 #     bash benchmarks/gpu_session_next.sh ncu OUT_DIR       # issue 16: Nsight Compute counters (NCU_FAMILIES)
-#     bash benchmarks/gpu_session_next.sh checks OUT_DIR    # issue 16: GPU numerics of the changed families, the plans,
-#                                                           # the CuTeDSL store hooks' rows per warp (before sweeps1)
+#     bash benchmarks/gpu_session_next.sh checks OUT_DIR    # issue 16: GPU numerics of the changed families, the plans
 #     bash benchmarks/gpu_session_next.sh sweeps1 OUT_DIR   # issue 16: store-hook, K1/K2, K7 sweeps
 #     bash benchmarks/gpu_session_next.sh sweeps2 OUT_DIR   # issue 16: the C4 and K8 sweeps
 #     bash benchmarks/gpu_session_next.sh sweeps3 OUT_DIR   # issue 16: rowquant / K3 numerics, their and K4's sweeps, host
@@ -48,15 +47,13 @@ finish)  # issue 15's Triton hash parts and H200 warmup table, then issue 14's p
 ncu)
     step ncu 560 python3 benchmarks/ncu_profile.py --out "$work/ncu_$dev" --timeout 550 \
         --families "${NCU_FAMILIES:-c4_compress,indexer_q,dequant_gather,c128_compress,rowquant}" ;;
-checks)  # GPU numerics of every changed family (bytes or the compressor rule, compiles after warmup), the plans,
-    # the CuTeDSL store hooks' rows per warp (a sweep, not a record: a better shape can still go into sweeps1)
+checks)  # GPU numerics of every changed family (bytes or the compressor rule, compiles after warmup), the plans
     step encoders_check 70 python3 benchmarks/encoders_gpu_check.py --out "$work/encoders_$dev" --cases-per-encoder 48
     step indexer_q_check 80 python3 benchmarks/indexer_q_gpu_check.py --out "$work/indexer_q_$dev" --cases 30
     step c4_check 175 python3 benchmarks/c4_compress_gpu_check.py --out "$work/c4_compress_$dev/check.json" \
         --cases 30
     step c128_check 80 python3 benchmarks/c128_compress_gpu_check.py --out "$work/c128_compress_$dev" --cases 30
-    step launch_plans 45 python3 benchmarks/launch_plans_gpu_check.py --out "$work/launch_plans_$dev"
-    step store_cute_shapes 100 python3 benchmarks/shape_tuning.py store-cute --out "$work/shape_tuning_$dev" ;;
+    step launch_plans 45 python3 benchmarks/launch_plans_gpu_check.py --out "$work/launch_plans_$dev" ;;
 sweeps1)  # the kernels changed last: the store hooks (out of L2 at T = 524288), K1/K2, K7
     bench_step store_rows 240
     bench_step indexer_q 120

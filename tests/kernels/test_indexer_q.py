@@ -139,17 +139,17 @@ def test_every_triton_key_compiles_ahead_of_time(arch):
 
 
 # PTX facts of each CuTeDSL key's thread/lane mapping (dsv4kit/kernels/indexer_q/cutedsl.py),
-# per thread. coarsen 1 (decode): the row layout, one row a warp, 4 dims a lane, 8-byte loads.
-# coarsen 4 (prefill): the split layout, 16 rows a warp in 4 slots of 4 rows; per slot a lane
-# loads 8 nope and 8 rope dims (two 16-byte loads), rotates 4 pairs and stores two 8-byte (K1)
-# or 4-byte (K2) code words; K1 butterflies two slots' amaxes in one word (3 shuffles a pair),
-# K2 both block maxima of a slot (2 shuffles) plus one shuffle for the scale words.
+# per thread: one layout, slots of 4 rows; coarsen 1 (decode) one slot a warp, coarsen 4 (prefill)
+# four. Per slot a lane loads 8 nope and 8 rope dims (two 16-byte loads), rotates 4 pairs and stores
+# two 8-byte (K1) or 4-byte (K2) code words; K1 butterflies two slots' amaxes in one word (3 shuffles
+# a pair, or for a lone slot), K2 both block maxima of a slot (2 shuffles) plus one shuffle for the
+# scale words; one weight store per thread.
 CUTE_PTX = {
-    1: {"ld.global.v4.b32": 0, "add.rn.f32": 2, "cvt.rn.bf16x2.f32": 2,
-        "fp8": {"shfl.sync.bfly": 5, "cvt.rn.satfinite.e4m3x2.f32": 2, "st.global.b32": 2,
-                "st.global.v2": 0},
-        "mxfp4": {"shfl.sync.bfly": 3, "fma.rn.bf16x2": 2, "mul.rn.bf16x2": 2, "st.global.b32": 1,
-                  "st.global.b16": 1, "st.global.b8": 1}},
+    1: {"ld.global.v4.b32": 2, "add.rn.f32": 4, "cvt.rn.bf16x2.f32": 4,
+        "fp8": {"shfl.sync.bfly": 3, "cvt.rn.satfinite.e4m3x2.f32": 8, "st.global.b32": 1,
+                "st.global.v2": 2},
+        "mxfp4": {"shfl.sync.bfly": 3, "fma.rn.bf16x2": 8, "mul.rn.bf16x2": 8, "st.global.b32": 4,
+                  "st.global.b16": 0, "st.global.b8": 0}},
     4: {"ld.global.v4.b32": 8, "add.rn.f32": 16, "cvt.rn.bf16x2.f32": 16,
         "fp8": {"shfl.sync.bfly": 6, "cvt.rn.satfinite.e4m3x2.f32": 32, "st.global.b32": 1,
                 "st.global.v2": 8},
@@ -159,10 +159,10 @@ CUTE_PTX = {
 
 
 def test_cutedsl_launch_shape_per_key():
-    """Decode keeps one row a warp; the prefill key's CTA is one whole token (4 warps of 16 rows)."""
+    """Decode: one slot of 4 rows a warp; the prefill key's CTA is one whole token (4 warps of 16 rows)."""
     from dsv4kit.kernels.indexer_q import cutedsl as m
 
-    assert (m.rows_per_warp(1), m.rows_per_cta(1)) == (1, 4)
+    assert (m.rows_per_warp(1), m.rows_per_cta(1)) == (4, 16)
     assert (m.rows_per_warp(4), m.rows_per_cta(4)) == (16, 64)
 
 

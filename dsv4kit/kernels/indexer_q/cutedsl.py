@@ -1,40 +1,33 @@
 """CuTeDSL kernels for indexer-Q RoPE + quant (spec K1 FP8, K2 MXFP4).
 
 ``index_q`` is seen as rows ``r = t * 64 + h`` of 128 bf16. A CTA has 4 warps; a warp owns
-consecutive rows of one token (their count divides 64), issues their loads first, fetches the
-token's position and then its cos/sin once, then computes. The key's ``coarsen`` picks one of
-two thread/lane mappings at compile time; both do the same arithmetic per element, so the
-results do not depend on ``coarsen`` (spec K1):
+consecutive rows of one token in slots of :data:`SLOT_ROWS` = 4 rows, issues all their loads
+first, fetches the token's position and then its cos/sin once, then computes. The key's
+``coarsen`` sets the slots per warp (:func:`slots_per_warp`): :data:`SPLIT_SLOTS` = 4 for the
+prefill key (coarsen 4, T >= 512: 16 rows a warp, a CTA one token), 1 for the decode key
+(coarsen 1: 4 rows a warp, four times the warps for a decode step's few rows). The arithmetic per
+element is the same, so the results do not depend on ``coarsen`` (spec K1).
 
-* **Row layout** (coarsen 1, the decode key, T < 512): a warp owns ``coarsen`` rows; lane ``l``
-  holds dims ``4l .. 4l+3`` of each (one 8-byte load; the warp reads a 256-byte row in one
-  sweep). Lanes 16..31 hold the rope half, two complete GPT-J pairs each, so RoPE needs no
-  shuffles; every lane computes the rotation and a select keeps it on the rope lanes (a warp
-  issues it once either way). The 128-dim amax (FP8) is one warp butterfly, the four 32-dim
-  MXFP4 blocks are 8-lane groups. Lane ``c`` (``c < coarsen``) stores the weight of row ``c``,
-  in K2 lane ``8b + c`` the scale byte of block ``b`` of row ``c``.
-* **Split layout** (coarsen 4, the prefill key, T >= 512): a warp owns :data:`SPLIT_SLOTS` *
-  :data:`SLOT_ROWS` = 16 rows (a quarter token; a CTA is one token). Slot ``j`` is rows
-  ``first + 4j + g`` with ``g = lane // 8``: lane ``8g + k`` holds dims ``8k .. 8k+7`` (nope) and
-  ``64+8k .. 64+8k+7`` (rope) of its row, two 16-byte loads, and each warp-wide load covers 4 rows'
-  halves (4 x 128 contiguous bytes). Every lane rotates 4 GPT-J pairs (``4k .. 4k+3``), so no
-  rotation is computed and thrown away, and the position and 8 cos/sin values are loaded once per
-  16 rows. The FP8 row amax is a max over the lane's 16 values and a butterfly over its 8 lanes
-  (3 shuffles; two slots share one bf16x2 word). In K2 lanes ``8g .. 8g+3`` hold blocks 0 (nope)
-  and 2 (rope), lanes ``8g+4 .. 8g+7`` blocks 1 and 3: one bf16x2 word carries both of a lane's
-  block maxima through a 4-lane butterfly (2 shuffles). Codes are stored as two 8-byte (K1) or
-  4-byte (K2) words per slot. Lane ``8g + k`` (``k < SPLIT_SLOTS``) stores the weight of row
-  ``first + 4k + g`` and, in K2, that row's scale as one int32 (its bytes plus those of lane
-  ``8g + k + 4``, one shuffle).
+Mapping: slot ``j`` is rows ``first + 4j + g`` with ``g = lane // 8``: lane ``8g + k`` holds dims
+``8k .. 8k+7`` (nope) and ``64+8k .. 64+8k+7`` (rope) of its row, two 16-byte loads, and each
+warp-wide load covers 4 rows' halves (4 x 128 contiguous bytes). Every lane rotates 4 GPT-J pairs
+(``4k .. 4k+3``), so no rotation is computed and thrown away, and the position and 8 cos/sin values
+are loaded once per warp. The FP8 row amax is a max over the lane's 16 values and a butterfly over
+its 8 lanes (3 shuffles; two slots share one bf16x2 word). In K2 lanes ``8g .. 8g+3`` hold blocks 0
+(nope) and 2 (rope), lanes ``8g+4 .. 8g+7`` blocks 1 and 3: one bf16x2 word carries both of a
+lane's block maxima through a 4-lane butterfly (2 shuffles). Codes are stored as two 8-byte (K1) or
+4-byte (K2) words per slot. Lane ``8g + k`` (``k`` below the slot count) stores the weight of row
+``first + 4k + g`` and, in K2, that row's scale as one int32 (its bytes plus those of lane ``8g + k
++ 4``, one shuffle).
 
-  Why: at prefill the row layout spent half of every rope instruction on discarded lanes, 2.5
-  shuffles a row, and a position and cos/sin round trip, index math and a weight per 4 rows.
-  Static SASS (``benchmarks/sass_mix.py``, sm_90a, T = 65536): instructions per model byte
-  5.26 -> 2.46 (K1) and 6.92 -> 3.92 (K2), instruction time over DRAM time 0.67 -> 0.31 and
-  0.88 -> 0.50. The cost is registers (48 and 42: theoretical occupancy 0.62 instead of 1.0)
-  with 64-128 bytes of loads in flight per thread instead of 32; the Triton twins run a whole
-  token per 4-warp program at 0.44-0.50 and reach the copy rate. Decode keeps the row layout
-  (more warps for few rows; its code is unchanged).
+Why: the earlier row layout (a lane 4 dims of one row, 8-byte loads) spent half of every rope
+instruction on discarded lanes, 2.5 shuffles a row, and a position and cos/sin round trip, index
+math and a weight per 4 rows. Static SASS (``benchmarks/sass_mix.py``, sm_90a), instructions per
+model byte at T = 65536: 5.26 -> 2.46 (K1) and 6.92 -> 3.92 (K2); the decode key kept the row
+layout until 2026-12-06 (9.1 / 11.8 instructions per model byte at T = 256, issue-bound in the
+static pipe model, 3.3-3.4 us over an empty kernel on the H100). The cost is registers (48 and 42
+at 4 slots: theoretical occupancy 0.62) with 64-128 bytes of loads in flight per thread; the
+Triton twins run a whole token per 4-warp program and reach the copy rate.
 
 Every product/sum is an ``.rn`` instruction (no FMA contraction). Rope values are rounded to
 bf16 by the hardware RNE ``cvt.rn.bf16x2.f32`` (spec §2.1 rule 3), e4m3 (K1) by the hardware
@@ -80,34 +73,10 @@ NUM_HEADS = 64
 HEAD_SHIFT = 6
 assert NUM_HEADS == 1 << HEAD_SHIFT
 _WORDS_PER_ROW = 32          # a row of 128 bf16 as 64-bit words: 32, and as int32 output words
-#: Split layout: rows one 16-byte load per lane covers (8 lanes a row, nope and rope halves).
+#: Rows a slot holds: one 16-byte load per lane covers 4 rows (8 lanes a row, nope and rope halves).
 SLOT_ROWS = 4
-#: Split layout: slots per warp (SLOT_ROWS * SPLIT_SLOTS rows of one token).
+#: Slots per warp of the prefill key (SLOT_ROWS * SPLIT_SLOTS rows of one token).
 SPLIT_SLOTS = 4
-
-
-@cute.jit
-def _unpack4(v: Uint64):
-    """Four bf16 (little-endian in one 64-bit word) as exact fp32 values."""
-    lo = Uint32(v & Uint64(0xFFFFFFFF))
-    hi = Uint32(v >> Uint64(32))
-    mask = Uint32(0xFFFF0000)
-    return ((lo << Uint32(16)).bitcast(Float32), (lo & mask).bitcast(Float32),
-            (hi << Uint32(16)).bitcast(Float32), (hi & mask).bitcast(Float32))
-
-
-@cute.jit
-def _cos_sin(mPos, mCS, first_row, lane):
-    """cos/sin of the lane's two GPT-J pairs at the token of ``first_row`` (rope lanes only)."""
-    c0, c1, s0, s1 = Float32(1.0), Float32(1.0), Float32(0.0), Float32(0.0)
-    if lane >= 16:
-        p = Int64(mPos[first_row >> HEAD_SHIFT])  # first_row >= 0: a shift, not a signed division
-        i = (lane - 16) * 2                      # pair index of dims (4l, 4l+1); (4l+2, 4l+3) is i + 1
-        c0 = mCS[p, i].to(Float32)
-        c1 = mCS[p, i + 1].to(Float32)
-        s0 = mCS[p, 32 + i].to(Float32)
-        s1 = mCS[p, 32 + i + 1].to(Float32)
-    return c0, c1, s0, s1
 
 
 @cute.jit
@@ -116,119 +85,15 @@ def _unpack2(w: Uint32):
     return (w << Uint32(16)).bitcast(Float32), (w & Uint32(0xFFFF0000)).bitcast(Float32)
 
 
-def _rows_amax(words, lanes: int):
-    """Per row of ``words`` (one or two rows' (w0, w1) bf16x2 pairs): the fp32 absmax over the
-    row's 4 values in each of ``lanes`` consecutive lanes (a butterfly over lanes 8 or 32).
-
-    bf16 maxima are exact, so the reduction runs on packed words; two rows share one word
-    (row 0 in the low half, row 1 in the high half), halving the shuffles. Plain Python,
-    traced inline into the kernel."""
-    ms = [bf16x2_op("max", w0 & Uint32(0x7FFF7FFF), w1 & Uint32(0x7FFF7FFF)) for w0, w1 in words]
-    if len(ms) == 2:
-        m = bf16x2_op("max", prmt(ms[0], ms[1], 0x5410), prmt(ms[0], ms[1], 0x7632))
-    else:
-        m = ms[0]
-    offset = lanes // 2
-    while offset >= 1:
-        m = bf16x2_op("max", m, cute.arch.shuffle_sync_bfly(m, offset=offset))
-        offset //= 2
-    lo, hi = (m << Uint32(16)).bitcast(Float32), (m & Uint32(0xFFFF0000)).bitcast(Float32)
-    return [lo, hi] if len(ms) == 2 else [cute.arch.fmax(lo, hi)]
-
-
-@cute.kernel
-def _fp8_kernel(mPos, mQ, mCS, mW, mQout, mWout, num_rows: Int32, ss: Float32, hs: Float32,
-                coarsen: cutlass.Constexpr):
-    tidx, _, _ = cute.arch.thread_idx()
-    bidx, _, _ = cute.arch.block_idx()
-    lane = tidx % 32
-    first = (bidx * WARPS_PER_CTA + tidx // 32) * coarsen
-    # num_rows is a multiple of 64 and coarsen divides 64: a group is all in range, one token.
-    if first < num_rows:
-        words = [mQ[first + c, lane] for c in range(coarsen)]   # all loads in flight first
-        cs = _cos_sin(mPos, mCS, first, lane)
-        e_mine = Int32(0)                                 # lane c (< coarsen): row c's exponent
-        for c0 in cutlass.range_constexpr(0, coarsen, 2):   # rows in pairs (see _rows_amax)
-            ws = [_bf16_words(words[c], cs, lane) for c in range(c0, min(c0 + 2, coarsen))]
-            amaxes = _rows_amax(ws, 32)
-            for j in cutlass.range_constexpr(len(ws)):
-                c = c0 + j
-                y0, y1 = _unpack2(ws[j][0])
-                y2, y3 = _unpack2(ws[j][1])
-                # D1: floor before dividing; multiply by fl(1/448) (§2.1: same clog2 as / 448).
-                e = clog2(mul_rn(cute.arch.fmax(amaxes[j], Float32(1e-4)), Float32(1.0 / 448.0)))
-                inv = pow2(-e)
-                packed = e4m3x4(mul_rn(y0, inv), mul_rn(y1, inv), mul_rn(y2, inv), mul_rn(y3, inv))
-                mQout[first + c, lane] = packed.bitcast(Int32)
-                e_mine = e if c == 0 else select(lane == c, e, e_mine, Int32)
-        if lane < coarsen:                                # one weight store per thread, not per row
-            w = mW[first + lane].to(Float32)
-            mWout[first + lane] = mul_rn(mul_rn(mul_rn(w, pow2(e_mine)), ss), hs)
-
-
-@cute.jit
-def _bf16_words(v: Uint64, cs, lane):
-    """The lane's 4 values as two bf16x2 words (dims 4l, 4l+1 | 4l+2, 4l+3, low half first):
-    nope lanes as loaded, rope lanes rotated (no FMA) and rounded by the hardware RNE cvt.
-
-    Every lane computes the rotation and a select keeps it on the rope lanes: a warp issues
-    the rope arithmetic once either way, and a select is cheaper than a divergent branch."""
-    w0 = Uint32(v & Uint64(0xFFFFFFFF))
-    w1 = Uint32(v >> Uint64(32))
-    x0, x1, x2, x3 = _unpack4(v)
-    c0, c1, s0, s1 = cs
-    r0 = bf16x2_rn(add_rn(mul_rn(x1, c0), mul_rn(x0, s0)), sub_rn(mul_rn(x0, c0), mul_rn(x1, s0)))
-    r1 = bf16x2_rn(add_rn(mul_rn(x3, c1), mul_rn(x2, s1)), sub_rn(mul_rn(x2, c1), mul_rn(x3, s1)))
-    rope = lane >= 16
-    return select(rope, r0, w0, Uint32), select(rope, r1, w1, Uint32)
-
-
-@cute.kernel
-def _mxfp4_kernel(mPos, mQ, mCS, mW, mQout, mScale, mWout, num_rows: Int32, ss: Float32, hs: Float32,
-                  coarsen: cutlass.Constexpr):
-    """Per row, a lane's 4 dims stay two packed bf16x2 words: amax, scaling and the E2M1 rounding
-    run two elements per instruction (bf16 holds every value exactly: y is bf16 and 2^-e scales
-    exactly, or underflows to a code-0 value). Lanes 8b..8b+7 hold block b (dims 32b..32b+31).
-    Lane 8b + c (c < coarsen) stores the scale byte of block b of row c, lane c (< coarsen) the
-    weight of row c: one store instruction per thread each, not one per row."""
-    tidx, _, _ = cute.arch.thread_idx()
-    bidx, _, _ = cute.arch.block_idx()
-    lane = tidx % 32
-    first = (bidx * WARPS_PER_CTA + tidx // 32) * coarsen
-    if first < num_rows:
-        words = [mQ[first + c, lane] for c in range(coarsen)]
-        cs = _cos_sin(mPos, mCS, first, lane)
-        sel = lane % 8                           # the row whose scale byte this lane stores
-        byte = Uint32(0)
-        for c0 in cutlass.range_constexpr(0, coarsen, 2):   # rows in pairs (see _rows_amax)
-            ws = [_bf16_words(words[c], cs, lane) for c in range(c0, min(c0 + 2, coarsen))]
-            amaxes = _rows_amax(ws, 8)                       # lanes 8b..8b+7: block b
-            for j in cutlass.range_constexpr(len(ws)):
-                c = c0 + j
-                b = mx_scale_byte(amaxes[j])                          # ue8m0 byte, 1..254
-                packed = mxfp4_lane(ws[j][0], ws[j][1], b)          # nibbles 4l | 4l+1 | 4l+2 | 4l+3
-                mQout[first + c, lane] = cutlass.Uint16(packed & Uint32(0xFFFF)).bitcast(Int16)
-                byte = b if c == 0 else select(sel == c, b, byte, Uint32)
-        if sel < coarsen:                                   # q_scale as bytes: row * 4 + block
-            mScale[first + sel, lane // 8] = cutlass.Uint8(byte)
-        if lane < coarsen:
-            w = mW[first + lane].to(Float32)
-            mWout[first + lane] = mul_rn(mul_rn(w, ss), hs)
-
-
-# --------------------------------------------------------------------------- the split layout (prefill)
-
-
-def _split(coarsen: int) -> bool:
-    """Whether the key's kernel uses the split layout (coarsen 4, the prefill key) rather than
-    the row layout (coarsen 1, decode)."""
-    return coarsen >= SLOT_ROWS
+def slots_per_warp(coarsen: int) -> int:
+    """Slots (of :data:`SLOT_ROWS` rows) a warp owns: :data:`SPLIT_SLOTS` for the prefill key
+    (coarsen 4), 1 for the decode key (coarsen 1: four times the warps for the few rows)."""
+    return SPLIT_SLOTS if coarsen >= SLOT_ROWS else 1
 
 
 def rows_per_warp(coarsen: int) -> int:
-    """Rows (heads of one token) a warp owns: ``coarsen`` in the row layout, ``SLOT_ROWS *
-    SPLIT_SLOTS`` in the split layout. It divides 64: a warp never straddles two tokens."""
-    rows = SLOT_ROWS * SPLIT_SLOTS if _split(coarsen) else coarsen
+    """Rows (heads of one token) a warp owns. It divides 64: a warp never straddles two tokens."""
+    rows = SLOT_ROWS * slots_per_warp(coarsen)
     assert NUM_HEADS % rows == 0, rows
     return rows
 
@@ -278,7 +143,7 @@ def _cos_sin8(mPos, mCS, first, k):
 
 def _rope8(xs: list, cs) -> list:
     """The 4 rope words of a lane (pairs 4k+m, dims 64+8k+2m | 65+8k+2m) rotated (no FMA) and
-    rounded by the hardware RNE cvt: the arithmetic of :func:`_bf16_words`, per pair."""
+    rounded by the hardware RNE cvt (the bf16x2 word of dims 2m | 2m + 1, low half first)."""
     out = []
     for m in range(4):
         x0, x1 = _unpack2(xs[m])
@@ -309,9 +174,9 @@ def _bfly_max(m: Uint32, lanes: int) -> Uint32:
     return m
 
 
-def _split_lane(slots: int) -> tuple:
-    """The split layout's lane coordinates: ``(g, k, first)``, lane ``8g + k`` of the warp whose
-    first row is ``first`` (``SLOT_ROWS * slots`` rows a warp, :data:`WARPS_PER_CTA` warps a CTA)."""
+def _lane_coords(slots: int) -> tuple:
+    """The lane's coordinates: ``(g, k, first)``, lane ``8g + k`` of the warp whose first row is
+    ``first`` (``SLOT_ROWS * slots`` rows a warp, :data:`WARPS_PER_CTA` warps a CTA)."""
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     lane = tidx % 32
@@ -319,8 +184,8 @@ def _split_lane(slots: int) -> tuple:
     return lane // 8, lane % 8, first
 
 
-def _split_loads(mPos, mQ, mCS, g, k, first, slots: int) -> tuple:
-    """Every load of a split-layout lane, issued up front: per slot j its row's (nope, rope) 16-byte
+def _slot_loads(mPos, mQ, mCS, g, k, first, slots: int) -> tuple:
+    """Every load of a lane, issued up front: per slot j its row's (nope, rope) 16-byte
     pairs (row ``first + 4j + g``, dims 8k.. and 64 + 8k..), and the token's cos / sin of dims 8k.."""
     at = (first + g) * 32 + k * 2                       # int64 word of the lane's first nope dim, slot 0
     vals = [(_load8(mQ, at + j * 128), _load8(mQ, at + j * 128 + 16)) for j in range(slots)]
@@ -328,17 +193,17 @@ def _split_loads(mPos, mQ, mCS, g, k, first, slots: int) -> tuple:
 
 
 @cute.kernel
-def _fp8_split_kernel(mPos, mQ, mCS, mW, mQout, mWout, num_rows: Int32, ss: Float32, hs: Float32,
+def _fp8_kernel(mPos, mQ, mCS, mW, mQout, mWout, num_rows: Int32, ss: Float32, hs: Float32,
                       slots: cutlass.Constexpr):
-    """K1, split layout: slot j of the warp is rows ``first + 4j + g`` (g = lane // 8); lane
+    """K1: slot j of the warp is rows ``first + 4j + g`` (g = lane // 8); lane
     ``8g + k`` holds dims 8k..8k+7 and 64+8k..64+8k+7 of its row (two 16-byte loads), so every
     lane rotates 8 dims and none computes a discarded rotation. The row amax is a max over the
     lane's 16 values and a butterfly over its 8 lanes (two slots share one bf16x2 word). Lane
     ``8g + k`` with ``k < slots`` stores the weight of row ``first + 4k + g``."""
-    g, k, first = _split_lane(slots)
+    g, k, first = _lane_coords(slots)
     # num_rows is a multiple of 64 and rows_per_warp divides 64: a warp is all in range, one token.
     if first < num_rows:
-        vals, cs = _split_loads(mPos, mQ, mCS, g, k, first, slots)
+        vals, cs = _slot_loads(mPos, mQ, mCS, g, k, first, slots)
         ws = [_words(n) + _rope8(_words(r), cs) for n, r in vals]   # 8 bf16x2 words a slot
         e_mine = Int32(0)                                # lane 8g + k (k < slots): row 4k + g's exponent
         for j0 in cutlass.range_constexpr(0, slots, 2):  # slots in pairs: one word through the butterfly
@@ -365,17 +230,17 @@ def _fp8_split_kernel(mPos, mQ, mCS, mW, mQout, mWout, num_rows: Int32, ss: Floa
 
 
 @cute.kernel
-def _mxfp4_split_kernel(mPos, mQ, mCS, mW, mQout, mScale, mWout, num_rows: Int32, ss: Float32,
+def _mxfp4_kernel(mPos, mQ, mCS, mW, mQout, mScale, mWout, num_rows: Int32, ss: Float32,
                         hs: Float32, slots: cutlass.Constexpr):
-    """K2, split layout (as :func:`_fp8_split_kernel`): lanes ``8g .. 8g+3`` hold MXFP4 blocks 0
+    """K2 (the layout of :func:`_fp8_kernel`): lanes ``8g .. 8g+3`` hold MXFP4 blocks 0
     (nope) and 2 (rope) of their row, lanes ``8g+4 .. 8g+7`` blocks 1 and 3, so one bf16x2 word
     carries both of a lane's block maxima (nope low, rope high) through a 4-lane butterfly. A
     lane stores its 16 codes as two 4-byte words. The scale word of row ``first + 4k + g`` is
     assembled in lane ``8g + k`` (k < slots) from its bytes and lane ``8g + k + 4``'s (one
     shuffle) and stored as one int32."""
-    g, k, first = _split_lane(slots)
+    g, k, first = _lane_coords(slots)
     if first < num_rows:
-        vals, cs = _split_loads(mPos, mQ, mCS, g, k, first, slots)
+        vals, cs = _slot_loads(mPos, mQ, mCS, g, k, first, slots)
         sel = k % 4                                      # the slot whose scale bytes this lane gathers
         mine = Uint32(0)
         for j in cutlass.range_constexpr(slots):
@@ -409,10 +274,7 @@ def launch_fp8(mPos: cute.Tensor, mQ: cute.Tensor, mCS: cute.Tensor, mW: cute.Te
                mWout: cute.Tensor, num_rows: Int32, ss: Float32, hs: Float32, stream: cuda.CUstream,
                coarsen: cutlass.Constexpr):
     """K1. ``mQ`` int64 [R, 32] (4 bf16 each); ``mQout`` int32 [R, 32] (4 e4m3 bytes); weights [R]."""
-    if cutlass.const_expr(_split(coarsen)):
-        kernel = _fp8_split_kernel(mPos, mQ, mCS, mW, mQout, mWout, num_rows, ss, hs, SPLIT_SLOTS)
-    else:
-        kernel = _fp8_kernel(mPos, mQ, mCS, mW, mQout, mWout, num_rows, ss, hs, coarsen)
+    kernel = _fp8_kernel(mPos, mQ, mCS, mW, mQout, mWout, num_rows, ss, hs, slots_per_warp(coarsen))
     kernel.launch(grid=_grid(num_rows, coarsen), block=[32 * WARPS_PER_CTA, 1, 1], stream=stream)
 
 
@@ -421,10 +283,8 @@ def launch_mxfp4(mPos: cute.Tensor, mQ: cute.Tensor, mCS: cute.Tensor, mW: cute.
                  mScale: cute.Tensor, mWout: cute.Tensor, num_rows: Int32, ss: Float32, hs: Float32,
                  stream: cuda.CUstream, coarsen: cutlass.Constexpr):
     """K2. ``mQout`` int16 [R, 32] (2 packed bytes each); ``mScale`` uint8 [R, 4] (the int32 words)."""
-    if cutlass.const_expr(_split(coarsen)):
-        kernel = _mxfp4_split_kernel(mPos, mQ, mCS, mW, mQout, mScale, mWout, num_rows, ss, hs, SPLIT_SLOTS)
-    else:
-        kernel = _mxfp4_kernel(mPos, mQ, mCS, mW, mQout, mScale, mWout, num_rows, ss, hs, coarsen)
+    kernel = _mxfp4_kernel(mPos, mQ, mCS, mW, mQout, mScale, mWout, num_rows, ss, hs,
+                                 slots_per_warp(coarsen))
     kernel.launch(grid=_grid(num_rows, coarsen), block=[32 * WARPS_PER_CTA, 1, 1], stream=stream)
 
 
