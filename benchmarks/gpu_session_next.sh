@@ -8,6 +8,7 @@
 #     bash benchmarks/gpu_session_next.sh sweeps1 OUT_DIR   # issue 16: store-hook, K1/K2, K7 sweeps
 #     bash benchmarks/gpu_session_next.sh sweeps2 OUT_DIR   # issue 16: the C4 and K8 sweeps
 #     bash benchmarks/gpu_session_next.sh sweeps3 OUT_DIR   # issue 16: rowquant / K3 numerics, their and K4's sweeps, host
+#     bash benchmarks/gpu_session_next.sh sanitize OUT_DIR  # memcheck and racecheck of every family's quick cases
 # The phases of earlier sessions (bench1-5, verify*, c4, final1-10, hw1, hw2, next, next2, shapes) are in git
 # history; NOTES.md names the commit each ran at. Before the store phase, on the CPU machine: bash
 # benchmarks/prepare_gpu_store.sh, then carry .carry-store with the call. CuTeDSL first
@@ -15,7 +16,7 @@
 # or times out does not stop the others, and the records so far are saved after every step.
 # Everything ends up in OUT_DIR/records.tar.gz and OUT_DIR/session.log.
 set -u
-usage="usage: gpu_session_next.sh pipeline|store|finish|ncu|checks|sweeps1|sweeps2|sweeps3 OUT_DIR"
+usage="usage: gpu_session_next.sh pipeline|store|finish|ncu|checks|sweeps1|sweeps2|sweeps3|sanitize OUT_DIR"
 source "$(dirname "$0")/gpu_session_lib.sh"
 session_begin "$usage" "$@"
 host_step() {  # host_step [SECONDS]: issue 16's host-overhead table, real launches
@@ -68,6 +69,11 @@ sweeps3)  # the kernels whose code did not change (their records' hashes went st
     bench_step rowquant 60
     bench_step save_partial_states 90
     host_step 60 ;;
+sanitize)  # compute-sanitizer over every family, both backends (--quick cases): bounds and shared-memory races
+    for tool in memcheck racecheck; do
+        step "$tool" 220 compute-sanitizer --tool "$tool" --report-api-errors no python3 benchmarks/sanitize_cases.py \
+            --quick --json "$work/sanitizer_cases_$dev/$tool.json"
+    done ;;
 *) echo "unknown phase $phase ($usage)" >&2; exit 2 ;;
 esac
 session_end
