@@ -5,6 +5,7 @@
     python3 benchmarks/shape_tuning.py k3-cute --out DIR [--shapes 8,16,32]
     python3 benchmarks/shape_tuning.py store --out DIR [--shapes E1:2x2x4,E4:16x1x4,...] [--sizes 65536]
     python3 benchmarks/shape_tuning.py store-cute --out DIR [--shapes idx:4,idx:8,ds:2,...]
+    python3 benchmarks/shape_tuning.py iq --out DIR [--shapes 8x2,16x4,...] [--sizes 1,8,64,256]
 
 Targets (:data:`TARGETS`):
 
@@ -16,6 +17,9 @@ Targets (:data:`TARGETS`):
   warps per program; the other encoders keep theirs.
 * ``store-cute``: the CuTeDSL store hooks, ``ds:R`` (head 512: E1-E3) or ``idx:R`` (the indexer's
   E4 / E5): :func:`~dsv4kit.kernels.encoders.cutedsl.rows_per_warp`, a compile-time constant.
+* ``iq``: the Triton K1 / K2 decode key (coarsen 1), ``GROUPSxWARPS``: thread groups per program
+  (:data:`~dsv4kit.kernels.indexer_q.triton.THREAD_GROUPS`, so ``GROUPS`` rows a program) and
+  warps per program; the prefill key keeps its shape. Sized at the decode sizes by default.
 
 Each shape runs the target's ``dsv4kit bench`` sweep plan at ``--sizes`` (its backend only, no
 reference, launch plans off: a plan keeps its first call's grid) with fresh kernel objects, so the
@@ -150,6 +154,33 @@ def _store_cute_default() -> dict[str, Any]:
     return {"rows_per_warp": {"ds": enc.rows_per_warp(8), "idx": enc.rows_per_warp(2)}, "warps": enc.WARPS}
 
 
+@contextlib.contextmanager
+def _iq(shape: str) -> Iterator[None]:
+    from dsv4kit.kernels.indexer_q import triton as iq
+
+    groups, warps = (int(v) for v in shape.split("x"))
+    saved_groups, options = iq.THREAD_GROUPS, iq._TritonLaunch.launch_options
+
+    def launch_options(self: Any, key: Any) -> dict[str, Any]:
+        return {"num_warps": warps} if key.coarsen == 1 else options(self, key)
+
+    iq.THREAD_GROUPS, iq._TritonLaunch.launch_options = groups, launch_options
+    try:
+        yield
+    finally:
+        iq.THREAD_GROUPS, iq._TritonLaunch.launch_options = saved_groups, options
+
+
+def _iq_default() -> dict[str, Any]:
+    from dsv4kit.kernels.indexer_q import triton as iq
+    from dsv4kit.kernels.indexer_q.spec import IndexerQBase
+    from dsv4kit.platform import cpu_platform
+
+    key = IndexerQBase.CompileKey(head_dim=128, rope_dim=64, num_heads=64, cos_sin_dtype="float32", coarsen=1)
+    return {"THREAD_GROUPS": iq.THREAD_GROUPS,
+            **iq.IndexerQFp8Triton(cpu_platform()).launch_options(key)}
+
+
 TARGETS: dict[str, Target] = {
     "k3": Target("dequant_gather", "triton", "1048576", "8x4x32,4x1x4,4x1x8,4x2x8,2x1x4,8x1x8",
                  _k3, _k3_default),
@@ -160,6 +191,7 @@ TARGETS: dict[str, Target] = {
                     "E5:16x1x4,E5:8x1x2,E5:4x1x1,E5:32x1x4,E5:8x1x1", _store, _store_default),
     "store-cute": Target("store_rows", "cutedsl", "65536", "idx:4,idx:8,idx:16,idx:2,ds:1,ds:2",
                          _store_cute, _store_cute_default),
+    "iq": Target("indexer_q", "triton", "1,8,64,256", "8x2,8x1,16x2,16x4,32x4,64x4", _iq, _iq_default),
 }
 
 

@@ -68,3 +68,14 @@ def test_c4_tuning_writes_through_the_same_writer(tmp_path, capsys) -> None:
     assert c4._write(tmp_path, {"runs": {"8x2048": [row]}}) == 0
     assert json.loads((tmp_path / "c4_tuning.json").read_text())["runs"]["8x2048"] == [row]
     assert "80.0 %" in capsys.readouterr().out
+
+
+def test_iq_decode_shape_in_force_and_restored() -> None:
+    from dsv4kit.kernels.indexer_q import triton as iq
+
+    before = tuning._iq_default()
+    assert before == {"THREAD_GROUPS": iq.THREAD_GROUPS, "num_warps": 2}
+    with tuning._iq("16x4"):
+        assert tuning._iq_default() == {"THREAD_GROUPS": 16, "num_warps": 4}
+        assert iq.gpu_rows(1) == 16 and iq.gpu_rows(4) == 4 * iq.THREAD_GROUPS_COARSEN_4   # prefill kept
+    assert tuning._iq_default() == before
