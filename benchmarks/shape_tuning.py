@@ -53,19 +53,27 @@ class Target:
 
 
 @contextlib.contextmanager
-def _k3(shape: str) -> Iterator[None]:
+def _patched(*changes: tuple[Any, str, Any]) -> Iterator[None]:
+    """Each ``(owner, attribute, value)`` set while inside; the old values back after, also when the
+    body raises."""
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in changes]
+    for owner, name, value in changes:
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
+
+
+def _k3(shape: str) -> contextlib.AbstractContextManager[None]:
     from dsv4kit.backends.triton import Const
     from dsv4kit.kernels.dequant_gather import triton as k3
 
     rows, warps, per_prog = (int(v) for v in shape.split("x"))
     cls = k3.DequantGatherTriton
-    saved = cls.params, k3.NUM_WARPS, cls.gpu_rows_per_program
-    cls.params = {**cls.params, "ROWS": Const(rows)}
-    k3.NUM_WARPS, cls.gpu_rows_per_program = warps, per_prog
-    try:
-        yield
-    finally:
-        cls.params, k3.NUM_WARPS, cls.gpu_rows_per_program = saved
+    return _patched((cls, "params", {**cls.params, "ROWS": Const(rows)}), (k3, "NUM_WARPS", warps),
+                    (cls, "gpu_rows_per_program", per_prog))
 
 
 def _k3_default() -> dict[str, Any]:
@@ -75,16 +83,10 @@ def _k3_default() -> dict[str, Any]:
             "gpu_rows_per_program": k3.DequantGatherTriton.gpu_rows_per_program}
 
 
-@contextlib.contextmanager
-def _k3_cute(shape: str) -> Iterator[None]:
+def _k3_cute(shape: str) -> contextlib.AbstractContextManager[None]:
     from dsv4kit.kernels.dequant_gather.cutedsl import DequantGatherCuTeDSL
 
-    saved = DequantGatherCuTeDSL.rows_per_cta
-    DequantGatherCuTeDSL.rows_per_cta = int(shape)
-    try:
-        yield
-    finally:
-        DequantGatherCuTeDSL.rows_per_cta = saved
+    return _patched((DequantGatherCuTeDSL, "rows_per_cta", int(shape)))
 
 
 def _k3_cute_default() -> dict[str, Any]:
@@ -93,8 +95,7 @@ def _k3_cute_default() -> dict[str, Any]:
     return {"rows_per_cta": DequantGatherCuTeDSL.rows_per_cta}
 
 
-@contextlib.contextmanager
-def _store(shape: str) -> Iterator[None]:
+def _store(shape: str) -> contextlib.AbstractContextManager[None]:
     from dsv4kit.kernels.encoders import spec
     from dsv4kit.kernels.encoders import triton as enc
 
@@ -111,11 +112,7 @@ def _store(shape: str) -> Iterator[None]:
     def launch_options(self: Any, key: Any) -> dict[str, Any]:
         return {"num_warps": warps} if spec.key_encoder(key) == which else options(self, key)
 
-    enc.tile_rows, enc._StoreRowsTriton.launch_options = tile, launch_options
-    try:
-        yield
-    finally:
-        enc.tile_rows, enc._StoreRowsTriton.launch_options = tile_rows, options
+    return _patched((enc, "tile_rows", tile), (enc._StoreRowsTriton, "launch_options", launch_options))
 
 
 def _store_default() -> dict[str, Any]:
@@ -131,8 +128,7 @@ def _store_default() -> dict[str, Any]:
     return out
 
 
-@contextlib.contextmanager
-def _store_cute(shape: str) -> Iterator[None]:
+def _store_cute(shape: str) -> contextlib.AbstractContextManager[None]:
     from dsv4kit.kernels.encoders import cutedsl as enc
 
     which, r = shape.split(":")
@@ -141,11 +137,7 @@ def _store_cute(shape: str) -> Iterator[None]:
     def rows_per_warp(nb: int) -> int:
         return int(r) if (nb > 2) == (which == "ds") else saved(nb)
 
-    enc.rows_per_warp = rows_per_warp
-    try:
-        yield
-    finally:
-        enc.rows_per_warp = saved
+    return _patched((enc, "rows_per_warp", rows_per_warp))
 
 
 def _store_cute_default() -> dict[str, Any]:
@@ -154,21 +146,16 @@ def _store_cute_default() -> dict[str, Any]:
     return {"rows_per_warp": {"ds": enc.rows_per_warp(8), "idx": enc.rows_per_warp(2)}, "warps": enc.WARPS}
 
 
-@contextlib.contextmanager
-def _iq(shape: str) -> Iterator[None]:
+def _iq(shape: str) -> contextlib.AbstractContextManager[None]:
     from dsv4kit.kernels.indexer_q import triton as iq
 
     groups, warps = (int(v) for v in shape.split("x"))
-    saved_groups, options = iq.THREAD_GROUPS, iq._TritonLaunch.launch_options
+    options = iq._TritonLaunch.launch_options
 
     def launch_options(self: Any, key: Any) -> dict[str, Any]:
         return {"num_warps": warps} if key.coarsen == 1 else options(self, key)
 
-    iq.THREAD_GROUPS, iq._TritonLaunch.launch_options = groups, launch_options
-    try:
-        yield
-    finally:
-        iq.THREAD_GROUPS, iq._TritonLaunch.launch_options = saved_groups, options
+    return _patched((iq, "THREAD_GROUPS", groups), (iq._TritonLaunch, "launch_options", launch_options))
 
 
 def _iq_default() -> dict[str, Any]:
