@@ -136,6 +136,17 @@ class FamilySpec:
     _keys: dict[tuple[type, Any], list[Any]] = field(default_factory=dict, compare=False, repr=False)
     _plans: dict[tuple[Any, ...], CallPlan] = field(default_factory=dict, compare=False, repr=False)
     _launches: PlanTable = field(default_factory=PlanTable, compare=False, repr=False)  # OpLaunch | False
+    #: The torch op's effects (:mod:`dsv4kit.family.torch_op`). ``mutates``: the arguments the op
+    #: writes in place (caches, ``out``). ``outputs(args)``: an op that writes nothing: its new
+    #: results (a tensor or a tuple) as empty tensors from the bound arguments (the fake kernel).
+    #: ``result(args)``: an op that writes arguments: what it returns (``out`` or a view of it) from
+    #: the bound arguments; torch ops cannot return an alias, so its torch op returns nothing.
+    #: ``allocates``: written arguments the op allocates when passed None -> that allocation.
+    mutates: tuple[str, ...] = ()
+    outputs: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False, repr=False)
+    result: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False, repr=False)
+    allocates: Mapping[str, Callable[[Mapping[str, Any]], torch.Tensor]] = field(
+        default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         where = f"FamilySpec({self.name})"
@@ -326,12 +337,19 @@ class FamilySpec:
 
     @functools.cached_property
     def op(self) -> Callable[..., Any]:
-        """The public op: a function with the table's signature and docs."""
+        """The public op: a function with the table's signature and docs. Under ``torch.compile`` it
+        calls its torch op (``torch.ops.dsv4kit.<op_name>``); eager calls skip the dispatcher."""
+        from dsv4kit.family.torch_op import compiled_call
+
         spec = self
 
         call = spec._call
+        traced = compiled_call(spec)
+        is_compiling = torch.compiler.is_compiling
 
         def op(*args: Any, **kwargs: Any) -> Any:
+            if is_compiling():
+                return traced(args, kwargs)
             return call(args, kwargs)
 
         op.__name__ = op.__qualname__ = self.op_name

@@ -664,6 +664,12 @@ def _spec(
         config_type=C128CompressConfig,
         model=hooks,
         folder="c128_compress",
+        # K7 writes out (allocated [T, 512] when None) and returns its first T rows; K8 the cache.
+        mutates=tuple(a.name for a in ARGS[contract.op_name] if a.name in ("out", "k_cache", "kv_cache")),
+        result=(lambda a: a["out"][: a["positions"].shape[0]]) if contract is C128CompressBase else None,
+        allocates={"out": lambda a: torch.empty((a["positions"].shape[0], DS_HEAD_DIM), dtype=torch.float32,
+                                                device=a["state_cache"].device)}
+        if contract is C128CompressBase else {},
     )
 
 

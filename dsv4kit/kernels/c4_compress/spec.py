@@ -681,6 +681,8 @@ def _spec(
         config_type=C4CompressConfig,
         model=hooks,
         folder="c4_compress",
+        # The compressed cache (k_cache or kv_cache) is the one argument written.
+        mutates=tuple(a.name for a in ARGS[contract.op_name] if a.name in ("k_cache", "kv_cache")),
     )
 
 

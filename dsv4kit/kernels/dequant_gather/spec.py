@@ -289,4 +289,6 @@ SPEC = FamilySpec(
             "nothing else of out changes",
     config_type=DequantGatherConfig,
     model=ModelHooks(config=_config, call_sites=_call_sites, unused=_unused, explain_dead=_explain_dead),
+    mutates=("out",),
+    result=lambda a: a["out"],
 )

@@ -211,7 +211,8 @@ def _spec(hook: str, spec_id: str, summary: str, contract: type[JitKernel], refe
         name=hook, spec_id=spec_id, summary=summary, op_name=hook, args=ARGS[hook], contract=contract,
         variants={DEFAULT_VARIANT: Variant(reference, triton_cls, cutedsl_cls)},
         returns="None (the entries of slots >= 0 are written in place; no other byte changes)",
-        config_type=StoreRowsConfig, folder="encoders")
+        config_type=StoreRowsConfig, folder="encoders",
+        mutates=(ARGS[hook][1].name,))  # the cache (k_cache or cache), second in every table
 
 
 SPECS: dict[str, FamilySpec] = {s.name: s for s in (

@@ -202,4 +202,5 @@ SPEC = FamilySpec(
         variant_reason=lambda stack: f"this runtime's indexer cache is {stack.indexer_cache_dtype}",
         explain_dead=_explain_dead,
     ),
+    outputs=lambda a: indexer_q_outputs(a["cache_format"], a["index_q"].shape[0], a["index_q"].device),
 )

@@ -119,4 +119,7 @@ SPEC = FamilySpec(
     variants={DEFAULT_VARIANT: Variant(rowquant_reference, "RowQuantTriton", "RowQuantCuTeDSL")},
     returns="(q float8_e4m3fn [M, N], scale float32 [M, N // 128])",
     config_type=RowQuantConfig,
+    outputs=lambda a: (torch.empty(a["x"].shape, dtype=torch.float8_e4m3fn, device=a["x"].device),
+                       torch.empty((a["x"].shape[0], a["x"].shape[1] // BLOCK), dtype=torch.float32,
+                                   device=a["x"].device)),
 )

@@ -245,4 +245,5 @@ SPEC = FamilySpec(
     device_arg="state_cache",
     config_type=SavePartialStatesConfig,
     model=ModelHooks(config=_config, call_sites=_call_sites),
+    mutates=("state_cache",),
 )
