@@ -7,7 +7,8 @@ here, :func:`register`, builds the torch op of any family from its :class:`~.spe
 - the schema from the argument table (``Tensor``, ``SymInt``, ``float``, ``bool``, ``str``; ``?`` for
   optional rows; defaults; ``*`` before keyword-only rows), then the options ``str? backend`` and
   ``bool? debug_checks``. ``platform`` is a Python object, not a schema type: a torch op runs on
-  the process's current platform (:func:`~dsv4kit.platform.use_platform` sets it);
+  the process's current platform (:func:`~dsv4kit.platform.use_platform` sets it), and under
+  ``torch.compile`` the public op takes no ``platform`` (None only);
 - ``mutates_args`` from ``spec.mutates`` (each written argument is ``Tensor(x!)``);
 - the fake kernel from ``spec.outputs``, so FakeTensor / meta tracing runs no kernel;
 - the real kernel: the eager op, :meth:`FamilySpec.call`.
@@ -32,7 +33,6 @@ import torch
 
 from dsv4kit.errors import ContractError, KernelInputError, input_error
 from dsv4kit.family.schema import REQUIRED, Arg
-from dsv4kit.platform import current_platform
 
 if TYPE_CHECKING:
     from dsv4kit.family.spec import FamilySpec
@@ -208,10 +208,11 @@ def compiled_call(spec: FamilySpec) -> Callable[[tuple[Any, ...], dict[str, Any]
                 values[name] = defaults[i]
             else:
                 raise KernelInputError(f"{where}: arguments: missing {name!r}")
-        platform = kwargs.get("platform")
-        if platform is not None and platform is not current_platform():
-            raise input_error(where, "platform", "None or the current platform under torch.compile (the "
-                              "torch op runs on it; use_platform sets it)", platform)
+        if kwargs.get("platform") is not None:
+            # A tracer cannot tell one Platform object from another reliably (identity is not
+            # guarded), and the torch op runs on whatever platform is current when it runs.
+            raise input_error(where, "platform", "None under torch.compile (the torch op runs on the "
+                              "current platform: run the compiled code inside use_platform)", "a Platform")
         for name, make in allocates.items():
             if values[name] is None:
                 values[name] = make(values)
