@@ -44,7 +44,7 @@ for one Triton release built for Python 3.11 and for 3.12). On a hit the files a
 Triton's cache under the hash the *running* Triton computes for this compile, and the normal
 compile path finds them (Triton's ``knobs.compilation.listener`` sees ``cache_hit=True``; a load
 that Triton compiles instead is an error, and the entry is rebuilt).
- This is preferred to building a ``CompiledKernel`` from the files:
+This is preferred to building a ``CompiledKernel`` from the files:
 on the GPU, ``kernel_fn[grid](...)`` looks kernels up through ``JITFunction.run`` and its
 per-device cache, which only Triton's own compile path fills; a ``CompiledKernel`` made aside
 would never be found by a launch. The GPU half of this (restore, then ``kernel_fn.warmup`` hits)
