@@ -489,7 +489,7 @@ def coverage_json(stack: Any, registry: Any, cov: Any) -> dict[str, Any]:
         sites = {site: n for (f, site), n in result.stats.calls.items() if f == fam.name}
         unused = None
         if not names:
-            unused = (fam.model.unused(stack) if fam.model is not None else None) or \
+            unused = stack.unused(fam) or \
                 "not registered by this runtime configuration"
         families.append({"family": fam.name, "spec_id": fam.spec_id, "kernels": names,
                          "layers": sum(fam.name in layer.kernels for layer in stack.layers),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dsv4kit.kernels import families
 from dsv4kit.model.drills import TRAPS
+from dsv4kit.model.hooks import model_families
 
 __all__ = ["kernel_names_markdown", "traps_markdown"]
 
@@ -17,7 +18,7 @@ __all__ = ["kernel_names_markdown", "traps_markdown"]
 def kernel_names_markdown(*, model_only: bool = False) -> str:
     """A markdown table: each family's spec name, its public op and what it does."""
     rows = ["| spec name | op | what it does |", "|---|---|---|"]
-    for s in families(model=model_only):
+    for s in model_families() if model_only else families():
         rows.append(f"| {s.spec_id} | `{s.op_name}` | {s.summary} |")
     return "\n".join(rows)
 
