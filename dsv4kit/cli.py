@@ -211,10 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_subcommands(sub: Any) -> None:
-    from dsv4kit import bench_cli, cache_cli
+    from dsv4kit import bench_cli, cache_cli, verify
 
     cache_cli.add_parser(sub)
     bench_cli.add_bench_parsers(sub)
+    verify.add_parser(sub)
 
 
 # --------------------------------------------------------------------------- building
