@@ -2,7 +2,10 @@
 coverage), :mod:`~dsv4kit.viz.recorded` (recorded GPU results), :mod:`~dsv4kit.viz.compressor` (the
 C4 compressors K5, K6, K9, and the pieces every compressor figure uses), :mod:`~dsv4kit.viz.c128`
 (the C128 compressor K7, K8a, K8b), :mod:`~dsv4kit.viz.pipeline` (the pipeline replay on real
-tensors, coverage over every family, the §2.11 drills, the recorded GPU pipeline run).
+tensors, coverage over every family, the §2.11 drills, the recorded GPU pipeline run),
+:mod:`~dsv4kit.viz.source` (the kit's own source, whole or cut between marker lines),
+:mod:`~dsv4kit.viz.verify` (the ``dsv4kit verify`` verdict as a table) and
+:mod:`~dsv4kit.viz.torch_ops` (an attention step as torch ops, the recorded torch.compile run).
 
 The public names of the compressor and pipeline modules are also importable from here (``from
 dsv4kit.viz import plot_window, plot_c128_window, plot_pipeline``); they load on first use, so
