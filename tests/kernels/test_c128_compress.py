@@ -348,3 +348,24 @@ def test_zero_compiles_after_warmup(op: str) -> None:
         for case in cases:
             k(**case.fresh().args)
     assert mon.events == []
+
+
+# --------------------------------------------------------------------------- moved from notebook 04
+
+
+@pytest.mark.parametrize("kv", KV_REGIMES)
+@pytest.mark.parametrize(("op", "fp8_scale"), [(K8A, None), (K8B, None), (K8B, 0.37)],
+                         ids=["ds_mla", "bf16", "e4m3"])
+def test_k8_every_kv_regime_in_every_format(op: str, fp8_scale: float | None, kv: str) -> None:
+    """K8a and K8b (bf16 and e4m3 rows) on every kv regime of the spec's compressed rows (zero, tiny,
+    normal, large), under the compressor rule, no compile after warmup."""
+    case = make_k8_case(op, t=16, boundaries=4, kv_regime=kv, fp8_scale=fp8_scale, seed=KV_REGIMES.index(kv))
+    w = str(case.args["rms_norm_weight"].dtype).removeprefix("torch.")
+    if op == K8A:
+        config = C128CompressConfig(norm_weight_dtype=w).with_cache(case.output)
+    else:
+        config = C128CompressConfig(cache_dtype="fp8" if fp8_scale else "bf16", norm_weight_dtype=w)
+    SPECS[op].kernel().warmup(config)
+    verdict = run(case, mode="error")
+    verdict.assert_ok()
+    assert verdict.written > 0  # run() checks it is every live boundary

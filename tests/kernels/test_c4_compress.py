@@ -373,3 +373,52 @@ def test_chunks_and_programs(monkeypatch, share_from: int, chunk: int, programs:
         want = (chunk, min(-(-t // chunk), programs)) if t >= share_from else (1, min(t, programs))
         assert c4_triton.launch_shape(t) == want
         run(case).assert_ok()
+
+
+# --------------------------------------------------------------------------- moved from notebook 03
+
+
+def _k5_scale_bytes(case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """K5's stored scale bytes of every written entry, the bf16 block amax of the reference's rows,
+    and the boundary blocks (where the rule lets the byte differ)."""
+    from dsv4kit.formats.bits import bf16_round
+    from dsv4kit.formats.ds_mla import read_ds_entries
+    from dsv4kit.formats.fp8 import q8_exponent
+    from dsv4kit.kernels.c4_compress.reference import c4_rows, check_c4_values
+    from dsv4kit.testing import boundary_blocks
+
+    a = case.args
+    run(case).assert_ok()
+    got = case.fresh()
+    with JitMonitor("error"):
+        SPECS[case.op].op(**got.args, backend="triton", platform=P)
+    idx = check_c4_values("k5", a["state_cache"], a["token_to_req"], a["positions"], a["slot_mapping"],
+                          a["block_table"], a["cos_sin_cache"], a["k_cache"], a["kv_slot_mapping"], 512)
+    y = c4_rows("k5", a["state_cache"], a["token_to_req"], a["positions"], a["block_table"],
+                a["rms_norm_weight"], a["rms_norm_eps"], a["cos_sin_cache"], idx, 512)
+    raw = y[:, :448].abs().reshape(-1, 7, 64).amax(-1)
+    entry, _ = read_ds_entries(got.cache, a["kv_slot_mapping"][idx])
+    return entry.scales.long(), bf16_round(raw), boundary_blocks(raw, q8_exponent)
+
+
+def test_k5_stores_the_d1_scale_byte_not_the_deployed_floor() -> None:
+    """D1 floors the block amax at 1e-4 before dividing by 448 (smallest byte 105); one deployed
+    compressor floors the scale instead (114). Small blocks (norm weights that shrink them, and the
+    spec's tiny regime) get D1's byte, a grid up to 2^9 finer than the deployed one."""
+    from dsv4kit.viz.compressor import d1_scale_byte, deployed_scale_byte
+
+    shrunk = make_case("c4_compress_ds_mla", lens=(16,), padding=False, seed=11)
+    w = shrunk.args["rms_norm_weight"].float()
+    for blk, f in ((1, 0.004), (2, 5e-4), (3, 0.02), (4, 2e-5)):
+        w[64 * blk: 64 * blk + 64] *= f
+    shrunk.args["rms_norm_weight"] = w.to(torch.bfloat16)
+    tiny = make_case("c4_compress_ds_mla", lens=(16,), padding=False, kv_regime="tiny", seed=11)
+    SPECS["c4_compress_ds_mla"].kernel(platform=P).warmup(C4CompressConfig())
+    for name, case in (("shrunk", shrunk), ("tiny", tiny)):
+        stored, amax, bnd = _k5_scale_bytes(case)
+        deployed = deployed_scale_byte(amax)
+        assert torch.equal(stored[~bnd], d1_scale_byte(amax)[~bnd]), name
+        small = amax <= 448 * 2.0**-14
+        assert small.any() and bool((deployed >= stored).all()), name
+        assert bool((deployed[small] > stored[small]).all()), name  # the floors differ below 448 * 2^-14
+    assert bool((amax < 1e-4).all()) and bool((stored == 105).all()) and bool((deployed == 114).all())
