@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from dsv4kit.family.torch_op import NAMESPACE
 from dsv4kit.kernels import family
 from dsv4kit.model.drills import build
 from dsv4kit.model.pipeline import Pipeline, Request, request_trace
@@ -145,11 +146,13 @@ def run_checked(fn: Callable[[], Any], snap: Snapshot, want: tuple[Any, Snapshot
 @dataclass(frozen=True)
 class CompileCheck:
     """What :func:`check_compiled` saw: Dynamo's ``graph_count`` and ``graph_break_count`` for the
-    step, whether the compiled step's results and written bytes equal the eager ones
-    (``equal``), and the kernel compiles the monitor saw after warmup (``compiles``)."""
+    step, the ``torch.ops.dsv4kit`` ops its graph calls in order (``graph_ops``), whether the
+    compiled step's results and written bytes equal the eager ones (``equal``), and the kernel
+    compiles the monitor saw after warmup (``compiles``)."""
 
     graph_count: int
     graph_break_count: int
+    graph_ops: tuple[str, ...]
     equal: bool
     compiles: tuple[str, ...]
 
@@ -171,4 +174,12 @@ def check_compiled(pipe: Pipeline, step: AttentionStep, args: list[dict[str, Any
         compiled = torch.compile(step.__call__, fullgraph=True, backend=backend)
         equal = run_checked(lambda: compiled(args), snap, want)
     events = tuple(f"{e.kernel} {e.key}" for e in pipe.monitor.events[n_events:])
-    return CompileCheck(explained.graph_count, explained.graph_break_count, equal, events)
+    return CompileCheck(explained.graph_count, explained.graph_break_count,
+                        _graph_ops(explained.graphs), equal, events)
+
+
+def _graph_ops(graphs: Sequence[torch.fx.GraphModule]) -> tuple[str, ...]:
+    """The ``dsv4kit`` torch ops the graphs call, in order (``namespace::name``)."""
+    return tuple(n.target.name() for g in graphs for n in g.graph.nodes
+                 if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+                 and n.target.namespace == NAMESPACE)
