@@ -37,6 +37,7 @@ from dsv4kit.family.plans import MAX_PLANS, CallPlan, OpLaunch, call_signature, 
 from dsv4kit.family.schema import Arg, arg_table_markdown, check_args
 from dsv4kit.jit import JitKernel, registry
 from dsv4kit.jit.launch_plans import _STATE, PlanTable, launch_signature
+from dsv4kit.jit.monitor import runtime_entry
 from dsv4kit.platform import BACKENDS, Platform, current_platform
 
 if TYPE_CHECKING:
@@ -254,6 +255,7 @@ class FamilySpec:
         """
         return self._call(args, kwargs)
 
+    @runtime_entry
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """:meth:`call` of packed arguments (the public op calls it: no second packing)."""
         launches = self._launches
