@@ -9,7 +9,7 @@ TORCH  ?= torch==2.13.0
 ARCH   ?= sm_90a
 JOBS   ?= 2
 
-.PHONY: run test lint lab clean
+.PHONY: run test lint lab gallery clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,13 +30,16 @@ TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(TEST_ENV) $(PY) -m pytest -q -n $(JOBS) tests
-	$(TEST_ENV) $(PY) -m pytest -q -n $(JOBS) --nbmake --nbmake-timeout=300 notebooks
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
+
+# Every notebook executed on this CPU, one HTML page each with its figures, and an index page.
+gallery: $(STAMP)
+	$(TEST_ENV) $(PY) -m dsv4kit.viz.gallery --out build/gallery notebooks/*.ipynb
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -274,13 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.only is not None:
         return child(args)
     from dsv4kit.bench import provenance, write_json
-    from dsv4kit.kernels import families
+    from dsv4kit.model.hooks import model_families
     from dsv4kit.results import kernel_source_hash
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     todo = runs(args)
-    hashes = {f.name: kernel_source_hash(f.name) for f in families(model=True)}
+    hashes = {f.name: kernel_source_hash(f.name) for f in model_families()}
     prov = provenance({"script": SCRIPT, "seed": args.seed, "jobs": args.jobs, "cache_dir": args.cache_dir,
                        "max_model_len": args.max_model_len, "max_num_seqs": args.max_num_seqs,
                        "blocking": args.blocking,

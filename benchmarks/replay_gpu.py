@@ -182,14 +182,14 @@ def main() -> int:
     configs = CONFIGS[:1] if args.quick else CONFIGS
     if args.cpu_smoke and not args.quick:
         configs = [c for c in CONFIGS if c[0] in ("flash-default", "flash-mxfp4", "flash-bf16-plain-B64")]
-    from dsv4kit.kernels import families
+    from dsv4kit.model.hooks import model_families
     from dsv4kit.results import kernel_source_hash
 
     prov = provenance({"script": "benchmarks/replay_gpu.py", "steps": args.steps, "seed": args.seed,
                        "max_model_len": args.max_model_len, "blocking": args.blocking,
                        "cpu_smoke": args.cpu_smoke,
                        "kernel_source_hash": {f.name: kernel_source_hash(f.name)
-                                              for f in families(model=True)}})
+                                              for f in model_families()}})
     write_json(out / "provenance.json", prov)
     env = {**os.environ, **({"CUDA_LAUNCH_BLOCKING": "1"} if args.blocking else {})}
     results = []

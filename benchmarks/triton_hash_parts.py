@@ -8,6 +8,10 @@ Triton 3.6 names a compiled kernel (and its cache directory) by sha256 of
 built on one machine loads on another only where that hash is equal (issue 15), so this prints
 each part for K7 (``C128CompressTriton``, sm_90a) to diff two machines' outputs. It stops inside
 ``triton.compile`` right after the hash (nothing is compiled) and needs no GPU.
+
+``store_compile_id`` is what the artifact store keys a Triton entry by since issue 40: the same
+parts with the Triton version in place of ``triton_key()`` (``TritonCompileId.portable``), so it is
+equal on two machines whose ``triton_key()`` differs only by the Python build of ``libtriton``.
 """
 
 from __future__ import annotations
@@ -55,6 +59,13 @@ def parts() -> dict[str, str]:
     finally:
         cc.get_cache_key = orig
     got["triton_key_sha256"] = hashlib.sha256(got.get("triton_key", "").encode()).hexdigest()
+    if "hash" in got:
+        import triton
+
+        text = "-".join((triton.__version__, got["src_hash"], got["backend_hash"], got["options_hash"],
+                         got["env_vars"]))
+        got["store_compile_id"] = hashlib.sha256(text.encode()).hexdigest()
+        got["store_compile_id_check"] = C128CompressTriton().compile_id(key).portable
     import sysconfig
 
     got["python"] = sys.version.split()[0]

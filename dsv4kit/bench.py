@@ -83,17 +83,17 @@ def no_cuda_for(script: str) -> bool:
 
 
 def provenance(extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Device, versions, date and commit of this run (``DSV4KIT_COMMIT`` wins over git)."""
-    commit = os.environ.get("DSV4KIT_COMMIT")
-    if not commit:
-        try:
-            commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                    check=False).stdout.strip() or "unknown"
-        except OSError:
-            commit = "unknown"
+    """Device, versions, date and commit of this run, and the package's own version and kernel
+    source hashes (:func:`dsv4kit.results.package_provenance`). The commit is ``DSV4KIT_COMMIT``
+    when set (the operator's word, for a copied tree), else that of the package's own git checkout,
+    else ``unknown``: never the commit of a repository that merely encloses the tree."""
+    from dsv4kit.results import package_provenance
+
+    package = package_provenance()
     info: dict[str, Any] = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "commit": commit,
+        "commit": os.environ.get("DSV4KIT_COMMIT") or package["commit"],
+        "dsv4kit": package["dsv4kit"],
         "python": _platform.python_version(),
         "torch": torch.__version__,
     }

@@ -10,6 +10,11 @@
 warmup and coverage load the keys an artifact store holds (``--cache-dir``, default
 ``$DSV4KIT_CACHE_DIR`` or the user cache dir; ``--no-cache``: none) and compile the others in
 ``--jobs`` worker processes (default: the cores this process may use, or 1 when that is 2 or fewer).
+A ``--cache-dir`` that is not a directory (a regular file, or a path under one) is a bad command
+line (exit 2); a default location ($DSV4KIT_CACHE_DIR or the user cache dir) that is not one is
+said once on stderr and warmup goes on without a store. The warmup report splits the time into
+start-up and imports, toolchain setup, loads (from the store or from Triton's own cache) and
+compiles, and says per key whether it was a store ``hit``, ``loaded (triton cache)`` or ``compiled``.
 
 ``--json FILE`` writes a machine-readable report (``-``: to stdout, the text report then goes to
 stderr). The coverage report (``"schema": "dsv4kit.coverage/1"``) holds, per kernel, the keys
@@ -206,10 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_subcommands(sub: Any) -> None:
-    from dsv4kit import bench_cli, cache_cli
+    from dsv4kit import bench_cli, cache_cli, verify
 
     cache_cli.add_parser(sub)
     bench_cli.add_bench_parsers(sub)
+    verify.add_parser(sub)
 
 
 # --------------------------------------------------------------------------- building
@@ -298,44 +304,110 @@ def _build(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[A
     return stack, registry
 
 
+class _NoStore(Exception):
+    """The artifact store of the command line cannot be used (its message is one line)."""
+
+
 def _store(args: argparse.Namespace) -> Any:
-    """The artifact store of ``--cache-dir`` (None with ``--no-cache``)."""
+    """The artifact store of ``--cache-dir`` (None with ``--no-cache``, or when the default location
+    is not a directory: said once on stderr). Raises :class:`_NoStore` when ``--cache-dir`` itself
+    is not a directory: the user named it, so warming without it would hide a typo."""
     from dsv4kit.jit.store import ArtifactStore, default_cache_dir
 
     if args.no_cache:
         return None
-    return ArtifactStore(Path(args.cache_dir) if args.cache_dir else default_cache_dir())
+    store = ArtifactStore(Path(args.cache_dir) if args.cache_dir else default_cache_dir())
+    why = store.unusable()
+    if why is None:
+        return store
+    if args.cache_dir:
+        raise _NoStore(f"--cache-dir {why}")
+    print(f"dsv4kit {args.command}: warning: the artifact store {why}; warming without a store",
+          file=sys.stderr)
+    return None
 
 
-def _warm(args: argparse.Namespace, stack: Any, registry: Any) -> Any:
+def _process_age() -> float | None:
+    """Seconds since this process started (Linux ``/proc``), or None elsewhere."""
+    try:
+        start_ticks = float(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _prepare_toolchains(registry: Any, store: Any) -> float:
+    """Run each kernel class's once-per-process store setup (``prepare_store``, e.g. Triton's hash
+    of its own installation) before warmup, so that the report shows it apart from the loads;
+    returns the seconds it took."""
+    t0 = time.perf_counter()
+    if store is not None:
+        prepared: set[type] = set()
+        for reg in registry.registrations.values():
+            cls = type(reg.kernel)
+            hook = getattr(cls, "prepare_store", None)
+            if hook is not None and cls not in prepared:
+                prepared.add(cls)
+                hook(reg.kernel)
+    return time.perf_counter() - t0
+
+
+def _origin(row: dict[str, Any]) -> str:
+    """How a key was warmed: ``hit`` (the store), ``loaded (triton cache)`` (a store miss that
+    Triton's own cache served: nothing compiled), ``compiled``."""
+    origin = row.get("origin") or "compiled"
+    return "loaded (triton cache)" if origin == "compiled" and row.get("triton_cache") else origin
+
+
+def _time_table(rows: list[dict[str, Any]], started: float | None, setup: float) -> str:
+    """Where the warm start's time went: start-up and imports, toolchain setup, loads, compiles."""
+    lines = [f"{'time':<44} {'keys':>5} {'seconds':>8}", "-" * 59,
+             f"{'start-up and imports (before warmup)':<44} {'-':>5} "
+             f"{(f'{started:.2f}' if started is not None else '?'):>8}",
+             f"{'toolchain setup (once per process)':<44} {'-':>5} {setup:>8.2f}"]
+    for label, origin in (("loaded from the artifact store", "hit"),
+                          ("loaded from Triton's own cache", "loaded (triton cache)"),
+                          ("compiled", "compiled")):
+        mine = [r for r in rows if not r["error"] and _origin(r) == origin]
+        lines.append(f"{label:<44} {len(mine):>5} {sum(r['seconds'] for r in mine):>8.2f}")
+    return "\n".join(lines)
+
+
+def _warm(args: argparse.Namespace, stack: Any, registry: Any, store: Any = None) -> Any:
     from dsv4kit.model.stack import warmup
 
+    started = _process_age()
     print(stack.describe())
     if args.warmup_block_size is not None or args.warmup_cos_sin_dtypes is not None:
         print(f"misconfiguration drill: warming with block size {args.warmup_block_size} / cos_sin dtypes "
               f"{args.warmup_cos_sin_dtypes} instead of the runtime's")
-    store = _store(args)
-    print(f"artifact store: {store.root if store is not None else 'none (--no-cache)'}")
+    none = "none (--no-cache)" if args.no_cache else "none"
+    print(f"artifact store: {store.root if store is not None else none}")
     # Start cold, as a fresh serving process does: executors are cached per kernel class, so a
     # second run in one process (main() called twice) would otherwise find the first run's
     # executors, and the monitor would not see a misconfigured warmup's misses.
     stack.clear_compiled()
     for reg in registry.registrations.values():
         type(reg.kernel).clear_cache()
+    setup = _prepare_toolchains(registry, store)
     report = warmup(registry, jobs=args.jobs, store=store, progress=not args.no_progress)
     print(f"\nwarmup ({stack.platform.arch}, {len(registry.registrations)} kernel(s), {report.num_keys} "
           f"key(s), {report.wall_seconds:.2f} s wall):")
     print(report.table())
     rows = report.rows()
-    origins = [r.get("origin") for r in rows if not r["error"]]
+    print(_time_table(rows, started, setup))
+    origins = [_origin(r) for r in rows if not r["error"]]
     pool = getattr(report, "pool_keys", 0)
+    cached = origins.count("loaded (triton cache)")
     print(f"store: {origins.count('hit')} hit(s), {origins.count('compiled')} compiled"
+          + (f", {cached} loaded (triton cache)" if cached else "")
           + (f" ({pool} in {min(args.jobs, pool)} worker processes, --jobs {args.jobs})" if pool else ""))
     if args.keys:
         for row in rows:
             regs = row.get("registers", "-")
             print(f"  {row['kernel']:<24} {row['key']:<70} {row['seconds']:7.3f} s  regs {regs}"
-                  f"  spills {row.get('spills', '-')}  {row.get('origin') or 'compiled'}"
+                  f"  spills {row.get('spills', '-')}  {_origin(row)}"
                   + (f"  ERROR {row['error']}" if row["error"] else ""))
     for f in report.failures:
         print(f"FAILED {f.kernel} {format_key(f.key)}: {f.error}", file=sys.stderr)
@@ -418,7 +490,7 @@ def coverage_json(stack: Any, registry: Any, cov: Any) -> dict[str, Any]:
         sites = {site: n for (f, site), n in result.stats.calls.items() if f == fam.name}
         unused = None
         if not names:
-            unused = (fam.model.unused(stack) if fam.model is not None else None) or \
+            unused = stack.unused(fam) or \
                 "not registered by this runtime configuration"
         families.append({"family": fam.name, "spec_id": fam.spec_id, "kernels": names,
                          "layers": sum(fam.name in layer.kernels for layer in stack.layers),
@@ -451,9 +523,18 @@ def _settings_json(stack: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------- commands
 
 
+def _store_or_exit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
+    """:func:`_store`, with an unusable ``--cache-dir`` a command-line error (exit 2)."""
+    try:
+        return _store(args)
+    except _NoStore as exc:
+        parser.error(str(exc))
+
+
 def cmd_warmup(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    store = _store_or_exit(args, parser)
     stack, registry = _build(args, parser)
-    report = _warm(args, stack, registry)
+    report = _warm(args, stack, registry, store)
     if args.json:
         _write_json(args.json, {"config": stack.describe(), "warmup": report.rows()})
     return 0 if report.ok else 1
@@ -463,6 +544,7 @@ def cmd_coverage(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
     from dsv4kit.jit import KeyLedger
     from dsv4kit.model.trace import coverage_report, make_trace, replay
 
+    store = _store_or_exit(args, parser)
     stack, registry = _build(args, parser)
     if args.max_context is not None and args.max_context > stack.max_model_len:
         parser.error(f"--max-context: a trace of {args.max_context} tokens is longer than the max model "
@@ -473,7 +555,7 @@ def cmd_coverage(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
         parser.error(str(exc))
     ledger = KeyLedger()
     with ledger:
-        report = _warm(args, stack, registry)
+        report = _warm(args, stack, registry, store)
     if not report.ok:
         return 1
     t0 = time.perf_counter()

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,8 @@ __all__ = [
     "kernel_source_provenance",
     "load",
     "not_found_message",
+    "package_commit",
+    "package_provenance",
     "results_dir",
 ]
 
@@ -146,6 +149,53 @@ def kernel_source_provenance(families: Iterable[str]) -> dict[str, Any]:
     """The ``family`` and ``kernel_source_hash`` fields of a record measuring ``families``."""
     names = list(dict.fromkeys(families))
     return {"family": names, "kernel_source_hash": {f: kernel_source_hash(f) for f in names}}
+
+
+# --------------------------------------------------------------------------- this package
+
+
+def _git(root: Path, *args: str) -> str | None:
+    """``git -C root ARGS`` stdout stripped, or None when git fails or is absent."""
+    try:
+        run = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30,
+                             check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return run.stdout.strip() if run.returncode == 0 else None
+
+
+def package_commit(package_dir: Path | None = None) -> str:
+    """The git commit of the checkout this package is, or ``unknown``.
+
+    Git is trusted only where its toplevel is the directory that holds the package (this project's
+    repository root) and that repository tracks the package: a tree unpacked from an sdist, or
+    exported into another repository, would otherwise be labelled with the commit of whatever
+    repository encloses it.
+    """
+    pkg = (package_dir or PACKAGE_DIR).resolve()
+    root = pkg.parent
+    top = _git(root, "rev-parse", "--show-toplevel")
+    if top is None or Path(top).resolve() != root:
+        return "unknown"
+    if _git(root, "ls-files", "--error-unmatch", f"{pkg.name}/__init__.py") is None:
+        return "unknown"
+    return _git(root, "rev-parse", "HEAD") or "unknown"
+
+
+def _family_folders(pkg: Path) -> list[str]:
+    return sorted(p.name for p in (pkg / "kernels").iterdir() if (p / "__init__.py").is_file())
+
+
+def package_provenance(package_dir: Path | None = None) -> dict[str, Any]:
+    """What this package says of itself, whatever directory it runs from: ``commit``
+    (:func:`package_commit`) and ``dsv4kit``: its version and the :func:`kernel_source_hash` of
+    every kernel folder (what a GPU record was measured with, even when the commit is unknown)."""
+    from dsv4kit import __version__
+
+    pkg = package_dir or PACKAGE_DIR
+    return {"commit": package_commit(pkg),
+            "dsv4kit": {"version": __version__,
+                        "kernel_source_hash": {f: kernel_source_hash(f, pkg) for f in _family_folders(pkg)}}}
 
 
 # --------------------------------------------------------------------------- one record

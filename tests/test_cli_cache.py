@@ -81,7 +81,7 @@ def test_verify_lists_stale_and_corrupt(capsys, filled, tmp_path, monkeypatch) -
 
 def test_import_of_a_missing_file_is_a_usage_error(capsys, tmp_path) -> None:
     rc, out = run(capsys, "cache", "import", str(tmp_path / "nope.tar"), "--cache-dir", str(tmp_path))
-    assert rc == 2 and "is not a file" in out
+    assert rc == 2 and out.strip() == f"dsv4kit cache import: {tmp_path / 'nope.tar'}: no such file"
 
 
 @pytest.mark.parametrize("cores, jobs", [(1, 1), (2, 1), (3, 3), (16, 16)])

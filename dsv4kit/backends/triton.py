@@ -38,10 +38,13 @@ Where it runs (from :mod:`dsv4kit.platform`):
 Every launch and compile uses ``enable_fp_fusion=False`` (spec §2.1 rule 1).
 
 **Artifact store** (:mod:`dsv4kit.jit.store`): an entry keeps the files of Triton's own cache
-group (metadata json, cubin, PTX, IRs) and Triton's hash of the compile. The CPU ahead-of-time
-path and the GPU JIT path compute the same hash, so on a hit the files are put back into
-Triton's cache and the normal compile path finds them (Triton's ``knobs.compilation.listener``
-sees ``cache_hit=True``). This is preferred to building a ``CompiledKernel`` from the files:
+group (metadata json, cubin, PTX, IRs). It is keyed by the compile's :class:`TritonCompileId`:
+Triton's own cache key without ``triton_key()`` (which hashes Triton's compiled extension, different
+for one Triton release built for Python 3.11 and for 3.12). On a hit the files are put back into
+Triton's cache under the hash the *running* Triton computes for this compile, and the normal
+compile path finds them (Triton's ``knobs.compilation.listener`` sees ``cache_hit=True``; a load
+that Triton compiles instead is an error, and the entry is rebuilt).
+This is preferred to building a ``CompiledKernel`` from the files:
 on the GPU, ``kernel_fn[grid](...)`` looks kernels up through ``JITFunction.run`` and its
 per-device cache, which only Triton's own compile path fills; a ``CompiledKernel`` made aside
 would never be found by a launch. The GPU half of this (restore, then ``kernel_fn.warmup`` hits)
@@ -54,8 +57,12 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import hashlib
+import json
+import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,9 +71,11 @@ from typing import Any, ClassVar, TypeVar
 import torch
 import triton
 from triton import knobs
+from triton._C.libtriton import get_cache_invalidating_env_vars
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
-from triton.runtime.cache import get_cache_manager
+from triton.runtime import cache as triton_cache
+from triton.runtime.cache import FileCacheManager, get_cache_manager
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
@@ -74,7 +83,7 @@ from dsv4kit.backends._common import CompileCounter, compiling, cubin_resources,
 from dsv4kit.errors import ContractError, input_error
 from dsv4kit.jit import CompileArtifact, JitKernel, active_monitor, register_monitor_hook
 from dsv4kit.jit.launch_plans import Address
-from dsv4kit.jit.store import Entry
+from dsv4kit.jit.store import Entry, toolchain
 from dsv4kit.platform import Platform, arch_capability, current_platform
 
 __all__ = [
@@ -86,12 +95,14 @@ __all__ = [
     "Ptr",
     "Runtime",
     "TritonCompileCounter",
+    "TritonCompileId",
     "TritonJitKernel",
     "TritonVariant",
     "count_triton_compiles",
     "int_class",
     "restore_triton_group",
     "settle_cache_key",
+    "triton_compile_id",
 ]
 
 K = TypeVar("K")
@@ -417,6 +428,79 @@ def settle_cache_key(fn: JITFunction) -> str:
 _RESOURCE_FIELDS = ("registers", "spills", "local_bytes", "stack_bytes", "static_shared")
 
 
+@dataclass(frozen=True)
+class TritonCompileId:
+    """Triton's own cache key of one compile, split where the store needs it.
+
+    ``portable``: sha256 of the Triton version, ``src.hash()`` (kernel source, callees, signature,
+    constexprs, specialization attributes), ``backend.hash()`` (ptxas version and target arch),
+    ``options.hash()`` and the cache-invalidating environment variables: everything Triton's key
+    holds but ``triton_key()``, the hash of its compiled extension, which differs between the
+    builds of one release for two Python versions. The artifact store keys Triton entries by it.
+    :meth:`running_hash` is the hash this process's Triton names the compile's cache directory by.
+    """
+
+    portable: str
+    group: str                       # the metadata group's name: ``<kernel name>.json``
+    parts: tuple[Any, ...] = dataclasses.field(compare=False, repr=False)  # (src, backend, options, env)
+
+    def running_hash(self) -> str:
+        """sha256 of Triton's ``get_cache_key`` for this compile, as the running Triton computes it
+        (``triton_key()`` included; looked up at each call, so a patched one is seen)."""
+        src, backend, options, env = self.parts
+        return hashlib.sha256(triton_cache.get_cache_key(src, backend, options, env).encode()).hexdigest()
+
+
+def triton_compile_id(fn: JITFunction, args: tuple[Any, ...], kwargs: Mapping[str, Any], capability: int,
+                      env: Mapping[str, Any] | None = None) -> TritonCompileId:
+    """The :class:`TritonCompileId` of compiling ``fn`` for ``args``, ``kwargs`` on ``capability``:
+    the packing and option parsing ``triton.compile`` does before it hashes (nothing compiles)."""
+    settle_cache_key(fn)
+    backend = _backend(capability)
+    bound, spec, opts = _binder(fn, capability)(*args, **kwargs)
+    options, signature, constexprs, attrs = fn._pack_args(backend, dict(kwargs), bound, spec, opts)
+    src = ASTSource(fn, signature, constexprs, attrs)
+    parsed = backend.parse_options(dict(options.__dict__, **src.parse_options()))
+    env = dict(get_cache_invalidating_env_vars() if env is None else env)
+    text = "-".join((triton.__version__, src.hash(), backend.hash(), parsed.hash(), str(sorted(env.items()))))
+    return TritonCompileId(hashlib.sha256(text.encode()).hexdigest(), f"{src.name[:150]}.json",
+                           (src, backend, parsed, env))
+
+
+# Compile ids per (kernel class, target, key, environment): the store asks for one at each lookup.
+_COMPILE_IDS: dict[tuple[Any, ...], TritonCompileId] = {}
+
+
+def _with_hash(metadata: bytes, triton_hash: str) -> bytes:
+    """The metadata json with its ``hash`` field set to ``triton_hash``: the one Triton would have
+    written itself had it compiled here (the builder's hash differs in its ``triton_key()`` part)."""
+    data = json.loads(metadata)
+    if data.get("hash") == triton_hash:
+        return metadata
+    data["hash"] = triton_hash
+    return json.dumps(data).encode()
+
+
+def _put_files(manager: Any, files: Mapping[str, bytes]) -> dict[str, str]:
+    """Write ``files`` into the cache ``manager``'s directory, each atomically; their paths.
+
+    Triton's ``FileCacheManager.put`` makes and removes a temporary folder per file, which is most
+    of a warm start's load time on this machine's filesystem; a file written beside its final name
+    and renamed is as atomic. Any other cache manager gets its own ``put``."""
+    if type(manager) is not FileCacheManager:
+        return {name: manager.put(data, name) for name, data in files.items()}
+    os.makedirs(manager.cache_dir, exist_ok=True)
+    paths = {}
+    for name, data in files.items():
+        path = os.path.join(manager.cache_dir, name)
+        tmp = f"{path}.tmp.pid_{os.getpid()}_{uuid.uuid4().hex}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+        paths[name] = path
+    return paths
+
+
 def restore_triton_group(entry: Entry, triton_hash: str, group_name: str) -> None:
     """Write a stored Triton cache group into Triton's cache (``knobs.cache.dir`` or its cache
     manager) under ``triton_hash``, unless it is already complete there."""
@@ -425,8 +509,40 @@ def restore_triton_group(entry: Entry, triton_hash: str, group_name: str) -> Non
     children = [n.removeprefix("triton/") for n in entry.files if n.startswith("triton/")]
     if group_name in present and all(c in present for c in children):
         return
-    paths = {c: manager.put(entry.read(f"triton/{c}"), c) for c in children}
-    manager.put_group(group_name, paths)
+    files = {c: entry.read(f"triton/{c}") for c in children}
+    if group_name in files:
+        files[group_name] = _with_hash(files[group_name], triton_hash)
+    manager.put_group(group_name, _put_files(manager, files))
+
+
+@contextlib.contextmanager
+def _cache_hits() -> Iterator[list[bool]]:
+    """Triton's ``cache_hit`` flag of every compile call inside, chained onto the listener that
+    was installed (restored on exit)."""
+    hits: list[bool] = []
+    prev = knobs.compilation.listener
+
+    def listener(**kw: Any) -> None:
+        hits.append(bool(kw.get("cache_hit")))
+        if prev is not None:
+            prev(**kw)
+
+    knobs.compilation.listener = listener
+    try:
+        yield hits
+    finally:
+        knobs.compilation.listener = prev
+
+
+def _served_from_cache(metadata_path: str, compile_seconds: float) -> bool:
+    """Whether a compile that just took ``compile_seconds`` found its group in Triton's cache:
+    Triton writes the metadata json at the end of a real compile, so a file older than the
+    compile's start was there before it (Triton's compile returns the same object either way)."""
+    try:
+        written = os.stat(metadata_path).st_mtime
+    except OSError:
+        return False
+    return written < time.time() - compile_seconds
 
 
 # --------------------------------------------------------------------------- the kernel base
@@ -700,30 +816,65 @@ class TritonJitKernel(JitKernel[K]):
     # ------------------------------------------------------------------ the artifact store
     stores_artifacts: ClassVar[bool] = True
 
+    def compile_id(self, key: K) -> TritonCompileId:
+        """The :class:`TritonCompileId` of ``key`` for this kernel's target (cached per process and
+        environment: the store asks at every lookup, Triton's hashing is not free)."""
+        env = get_cache_invalidating_env_vars()
+        memo = (type(self), self.target, key, str(sorted(env.items())))
+        got = _COMPILE_IDS.get(memo)
+        if got is None:
+            fn = self.kernel_fn
+            with _INTERP_LOCK:  # see compile_for: the interpreter patches triton.language meanwhile
+                got = triton_compile_id(fn, self.warmup_inputs(key), _run_kwargs(fn, self._options(key)),
+                                        arch_capability(self.target), env)
+            _COMPILE_IDS[memo] = got
+        return got
+
+    def prepare_store(self) -> None:
+        """Once per process, before a warmup from a store: what Triton's first cache lookup would
+        compute anyway (``triton_key()``, its hash of its own installation: about 0.4 s on the CPU
+        machine) and the store's toolchain for this target, so that load times are loads."""
+        triton_cache.triton_key()
+        toolchain(self.backend, self.target)
+
+    def store_compile_id(self, key: K) -> str:
+        """What the artifact store keys this key's entry by, beside kernel, key, arch, source and
+        toolchain: :attr:`TritonCompileId.portable`."""
+        return self.compile_id(key).portable
+
     def entry_payload(self, key: K, art: CompileArtifact) -> tuple[dict[str, bytes], dict[str, Any]]:
         """The files of Triton's own cache group for ``art`` (metadata json, cubin, PTX, IRs) and
-        Triton's hash of it: restored into Triton's cache, they make the compile a cache hit."""
-        ck = art.executable
-        group_name = f"{ck.src.name[:150]}.json"
-        group = get_cache_manager(ck.hash).get_group(group_name)
-        if not group or group_name not in group:
-            raise RuntimeError(f"Triton's cache has no group {group_name} for hash {ck.hash} "
+        its compile id: restored into Triton's cache, they make the compile a cache hit. Also marks
+        ``art.info["triton_cache"]``: whether this compile was served by Triton's own cache."""
+        ck, ident = art.executable, self.compile_id(key)
+        if ck.hash != ident.running_hash():  # the store key would not describe this artifact
+            raise RuntimeError(f"Triton compiled {key} under hash {ck.hash}, its compile id predicts "
+                               f"{ident.running_hash()}: not stored")
+        group = get_cache_manager(ck.hash).get_group(ident.group)
+        if not group or ident.group not in group:
+            raise RuntimeError(f"Triton's cache has no group {ident.group} for hash {ck.hash} "
                                "(is its cache off?)")
+        art.info["triton_cache"] = _served_from_cache(group[ident.group], art.seconds)
         files = {f"triton/{child}": Path(path).read_bytes() for child, path in group.items()}
-        return files, {"triton_hash": ck.hash, "group": group_name}
+        return files, {"triton_hash": ck.hash, "group": ident.group, "compile_id": ident.portable}
 
     def load_entry(self, key: K, entry: Entry) -> None:
-        """Put the entry's files back into Triton's cache, then compile: Triton finds them there
-        (a cache hit: nothing is compiled) and this process gets its normal executor."""
-        meta = entry.meta
-        restore_triton_group(entry, meta["triton_hash"], meta["group"])
+        """Put the entry's files into Triton's cache under the hash this process's Triton computes
+        for the compile, then compile: Triton finds them there (a cache hit: nothing is compiled)
+        and this process gets its normal executor. Raises when Triton compiled instead."""
+        meta, ident = entry.meta, self.compile_id(key)
+        if meta.get("group") != ident.group:
+            raise RuntimeError(f"the entry holds group {meta.get('group')}, this compile is {ident.group}")
+        running = ident.running_hash()
+        restore_triton_group(entry, running, ident.group)
         info = meta.get("info", {})
-        self._compile(key, {k: info[k] for k in _RESOURCE_FIELDS if k in info})
+        with _cache_hits() as hits:
+            self._compile(key, {k: info[k] for k in _RESOURCE_FIELDS if k in info})
         art = self.artifact(key)
-        if art is None or art.executable.hash != meta["triton_hash"]:
+        if art is None or art.executable.hash != running or not all(hits):
             got = None if art is None else art.executable.hash
-            raise RuntimeError(f"Triton computed hash {got} where the entry has {meta['triton_hash']} "
-                               "(it compiled instead of loading)")
+            raise RuntimeError(f"Triton computed hash {got} for the entry restored under {running}, "
+                               f"cache hits {hits} (it compiled instead of loading)")
         art.seconds = float(meta.get("seconds", art.seconds))
 
     # ------------------------------------------------------------------ launching

@@ -6,7 +6,7 @@ A family is one folder, ``dsv4kit/kernels/<name>/``, with the same files as ever
 ``reference.py``    the PyTorch oracle, the op's argument table (:class:`~.schema.Arg` rows)
                     and the input checks the reference and every backend share
 ``spec.py``         the contract class (CompileKey, ``dispatch``, warmup keys, ``__call__``)
-                    and ``SPEC``, the family's :class:`FamilySpec` (with its model hooks)
+                    and ``SPEC``, the family's :class:`FamilySpec`
 ``triton.py``       the Triton kernel class(es)
 ``cutedsl.py``      the CuTeDSL kernel class(es)
 ``cases.py``        seeded test cases (tests, notebooks and GPU scripts use the same ones)
@@ -16,9 +16,9 @@ A family is one folder, ``dsv4kit/kernels/<name>/``, with the same files as ever
 From ``SPEC`` come, with no per-family code anywhere else: the public op (:meth:`FamilySpec.op`,
 its signature from the argument table, validated before any backend is chosen), the kernel
 object for a device and backend (one selection predicate, one cache), registration for warmup,
-and, through :class:`ModelHooks`, the family's place in a DSv4 layer (the registration gate,
-the call sites of a serving step, the reasons a warmed key is dead). Call arguments reach
-``dispatch`` by name: every parameter of a model family's ``dispatch`` is an op argument.
+and the compile key of a call (:meth:`FamilySpec.dispatch`, op arguments bound to ``dispatch`` by
+name). The family knows nothing of a model: where it runs in a DSv4 layer is the model's
+business (:mod:`dsv4kit.model.hooks`, keyed by family name).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import importlib
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -40,12 +40,7 @@ from dsv4kit.jit.launch_plans import _STATE, PlanTable, launch_signature
 from dsv4kit.jit.monitor import runtime_entry
 from dsv4kit.platform import BACKENDS, Platform, current_platform
 
-if TYPE_CHECKING:
-    from dsv4kit.family.calls import Call
-    from dsv4kit.model.stack import AttentionLayer, DSv4AttentionStack
-    from dsv4kit.model.trace import ReplayStats, Step
-
-__all__ = ["DEFAULT_VARIANT", "FamilySpec", "ModelHooks", "Site", "Variant"]
+__all__ = ["DEFAULT_VARIANT", "FamilySpec", "KernelRef", "Variant"]
 
 #: The variant name of a family with one kernel per backend.
 DEFAULT_VARIANT = "default"
@@ -53,56 +48,27 @@ DEFAULT_VARIANT = "default"
 OP_OPTIONS = ("backend", "debug_checks", "platform")
 
 
+#: A kernel class, or a function returning it: a family's spec refers to its CuTeDSL classes
+#: through one (``lambda: _cutedsl().RowQuantCuTeDSL``) so that ``import dsv4kit.ops`` does not
+#: import CUTLASS (0.5 s) before a kernel is asked for.
+KernelRef = type[JitKernel] | Callable[[], type[JitKernel]]
+
+
 @dataclass(frozen=True)
 class Variant:
-    """One kernel of a family: its reference and its class per backend, named by its class name in
-    the family's ``triton.py`` / ``cutedsl.py`` (imported on first use) or given as a class."""
+    """One kernel of a family: its reference and its class per backend (:data:`KernelRef`)."""
 
     reference: Callable[..., Any]
-    triton: str | type[JitKernel]
-    cutedsl: str | type[JitKernel]
+    triton: KernelRef
+    cutedsl: KernelRef
+
+    def kernel_class(self, backend: str) -> type[JitKernel]:
+        """The class on ``backend`` (its module imported on first use)."""
+        ref = getattr(self, backend)
+        return ref if isinstance(ref, type) else ref()
 
     def class_name(self, backend: str) -> str:
-        cls = getattr(self, backend)
-        return cls if isinstance(cls, str) else cls.__name__
-
-
-@dataclass(frozen=True)
-class Site:
-    """One op call a layer makes in a serving step: a call-site name and the op's arguments by
-    name (:class:`~dsv4kit.family.calls.TensorSpec` stand-ins, or plain values)."""
-
-    name: str
-    args: Mapping[str, Any]
-
-
-def _no_reason(*_: Any) -> str | None:
-    return None
-
-
-def _default_variant(_: Any) -> str:
-    return DEFAULT_VARIANT
-
-
-@dataclass(frozen=True)
-class ModelHooks:
-    """A family's place in a DSv4 attention layer (what :mod:`dsv4kit.model` reads).
-
-    ``config(stack, layer)``: the warmup config of the calls the layer makes, or None where the
-    runtime never calls the family on that layer (the registration gate). ``call_sites(stack,
-    layer, step)``: the op calls of a serving step, as :class:`Site` rows. ``variant(stack)``:
-    which variant this runtime calls; ``variant_reason(stack)`` completes "<variant> variant not
-    selected: ..." for the others. ``unused(stack)``: why the runtime never calls the family at
-    all (None when it does). ``explain_dead(stack, key, stats)``: why a warmed key was never
-    requested by a trace, or None for no family-specific reason.
-    """
-
-    config: Callable[[DSv4AttentionStack, AttentionLayer], Any]
-    call_sites: Callable[[DSv4AttentionStack, AttentionLayer, Step], list[Site]]
-    variant: Callable[[DSv4AttentionStack], str] = _default_variant
-    variant_reason: Callable[[DSv4AttentionStack], str] = _no_reason  # type: ignore[assignment]
-    unused: Callable[[DSv4AttentionStack], str | None] = _no_reason
-    explain_dead: Callable[[DSv4AttentionStack, Any, ReplayStats], str | None] = _no_reason
+        return self.kernel_class(backend).__name__
 
 
 @dataclass(frozen=True)
@@ -115,7 +81,6 @@ class FamilySpec:
     :class:`Variant`; ``variant_arg`` names the op argument that chooses one (None: a single
     variant, ``DEFAULT_VARIANT``). ``device_arg``: the tensor whose device picks the backend
     (default: the first tensor argument). ``returns``: what the op returns, for its docs.
-    ``model``: the model hooks, or None for a kernel that is not part of a DSv4 layer.
     ``folder``: the family's folder under ``dsv4kit/kernels`` when it is not ``name`` (a folder
     whose ops share one kernel core holds several specs, e.g. the three C4 compressors).
     """
@@ -131,12 +96,22 @@ class FamilySpec:
     variant_arg: str | None = None
     device_arg: str | None = None
     config_type: type | None = None
-    model: ModelHooks | None = None
     folder: str | None = None
     _kernels: dict[tuple[type, Platform], JitKernel] = field(default_factory=dict, compare=False, repr=False)
     _keys: dict[tuple[type, Any], list[Any]] = field(default_factory=dict, compare=False, repr=False)
     _plans: dict[tuple[Any, ...], CallPlan] = field(default_factory=dict, compare=False, repr=False)
     _launches: PlanTable = field(default_factory=PlanTable, compare=False, repr=False)  # OpLaunch | False
+    #: The torch op's effects (:mod:`dsv4kit.family.torch_op`). ``mutates``: the arguments the op
+    #: writes in place (caches, ``out``). ``outputs(args)``: an op that writes nothing: its new
+    #: results (a tensor or a tuple) as empty tensors from the bound arguments (the fake kernel).
+    #: ``result(args)``: an op that writes arguments: what it returns (``out`` or a view of it) from
+    #: the bound arguments; torch ops cannot return an alias, so its torch op returns nothing.
+    #: ``allocates``: written arguments the op allocates when passed None -> that allocation.
+    mutates: tuple[str, ...] = ()
+    outputs: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False, repr=False)
+    result: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False, repr=False)
+    allocates: Mapping[str, Callable[[Mapping[str, Any]], torch.Tensor]] = field(
+        default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         where = f"FamilySpec({self.name})"
@@ -160,13 +135,6 @@ class FamilySpec:
         prog = getattr(self.contract, "_dispatch_program", None)
         if prog is None:
             raise ContractError(f"{where}: contract {self.contract.__name__} has no CompileKey/dispatch")
-        if self.model is not None:
-            # The model replays calls by binding op arguments to dispatch by name: no adapters.
-            missing = [p for p in prog.params if p not in names]
-            if missing:
-                raise ContractError(f"{where}: dispatch parameters {missing} of {self.contract.__name__} "
-                                    f"are not op arguments {names}; dispatch must read the op's arguments "
-                                    "by name")
 
     # ------------------------------------------------------------------ identity
     @property
@@ -187,10 +155,7 @@ class FamilySpec:
                               f"one of {', '.join(map(repr, self.variants))}", repr(variant))
         if backend not in BACKENDS:
             raise input_error(self.op_name, "backend", f"one of {', '.join(BACKENDS)}", repr(backend))
-        cls = getattr(self.variants[variant], backend)
-        if not isinstance(cls, str):
-            return cls
-        return getattr(importlib.import_module(f"{self.package}.{backend}"), cls)
+        return self.variants[variant].kernel_class(backend)
 
     def kernel(self, variant: str = DEFAULT_VARIANT, device: torch.device | str | None = None,
                backend: str | None = None, platform: Platform | None = None) -> JitKernel:
@@ -209,9 +174,10 @@ class FamilySpec:
 
     def variant_of(self, kernel: JitKernel) -> str | None:
         """The variant a kernel object implements (None: not this family's)."""
-        name = type(kernel).__name__
+        # Its own backend only: asking a Triton kernel's family must not import CuTeDSL.
+        backends = (kernel.backend,) if kernel.backend in BACKENDS else BACKENDS
         return next((v for v, var in self.variants.items()
-                     if name in (var.class_name("triton"), var.class_name("cutedsl"))), None)
+                     if any(type(kernel) is var.kernel_class(b) for b in backends)), None)
 
     def owns(self, kernel: JitKernel) -> bool:
         """Whether ``kernel`` (any variant, any backend) belongs to this family."""
@@ -328,12 +294,19 @@ class FamilySpec:
 
     @functools.cached_property
     def op(self) -> Callable[..., Any]:
-        """The public op: a function with the table's signature and docs."""
+        """The public op: a function with the table's signature and docs. Under ``torch.compile`` it
+        calls its torch op (``torch.ops.dsv4kit.<op_name>``); eager calls skip the dispatcher."""
+        from dsv4kit.family.torch_op import compiled_call
+
         spec = self
 
         call = spec._call
+        traced = compiled_call(spec)
+        is_compiling = torch.compiler.is_compiling
 
         def op(*args: Any, **kwargs: Any) -> Any:
+            if is_compiling():
+                return traced(args, kwargs)
             return call(args, kwargs)
 
         op.__name__ = op.__qualname__ = self.op_name
@@ -375,40 +348,11 @@ class FamilySpec:
             keys = self._keys[memo] = list(kernel.get_warmup_keys(config))
         return list(keys)
 
-    # ------------------------------------------------------------------ model
+    # ------------------------------------------------------------------ keys of calls
     def dispatch(self, kernel: JitKernel, args: Mapping[str, Any]) -> Any:
         """The key ``kernel`` dispatches for op arguments ``args``, bound to ``dispatch`` by name."""
         prog = type(kernel)._dispatch_program
         return kernel.dispatch(**{p: args[p] for p in prog.params if p in args})  # type: ignore[union-attr]
-
-    def calls(self, stack: DSv4AttentionStack, layer: AttentionLayer, step: Step) -> list[Call]:
-        """The op calls ``layer`` makes in ``step`` (none where the family is not registered)."""
-        from dsv4kit.family.calls import Call
-
-        kernel = layer.kernels.get(self.name)
-        if kernel is None or self.model is None:
-            return []
-        return [Call(self, kernel, s.name, s.args) for s in self.model.call_sites(stack, layer, step)]
-
-    def launch(self, stack: DSv4AttentionStack, kernel: JitKernel, args: Mapping[str, Any]) -> Any:
-        """Run the public op with real arguments, as the runtime would (no device-read checks)."""
-        return self.op(**args, backend=kernel.backend, platform=stack.platform, debug_checks=False)
-
-    def not_selected(self, stack: DSv4AttentionStack, kernel: JitKernel) -> str | None:
-        """Why the runtime never calls ``kernel`` (family unused, or another variant), or None."""
-        if self.model is None:
-            return "not part of the DSv4 attention stack"
-        why = self.model.unused(stack)
-        if why is not None:
-            return why
-        v = self.variant_of(kernel)
-        if v is not None and v != self.model.variant(stack):
-            return f"{v.upper()} variant not selected: {self.model.variant_reason(stack)}"
-        return None
-
-    def explain_dead(self, stack: DSv4AttentionStack, kernel: JitKernel, key: Any,
-                     stats: ReplayStats) -> str | None:
-        return None if self.model is None else self.model.explain_dead(stack, key, stats)
 
     # ------------------------------------------------------------------ completeness
     def missing(self) -> list[str]:

@@ -3,7 +3,7 @@
 A store is a directory (:func:`default_cache_dir`: ``$DSV4KIT_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/dsv4kit``, else ``~/.cache/dsv4kit``) with one entry per
 
-    (kernel class, CompileKey, arch, backend, kernel source hash, toolchain)
+    (kernel class, CompileKey, arch, backend, kernel source hash, toolchain, compile id)
 
 under ``entries/<digest>/``: a ``manifest.json`` (identity, the artifact's inspection data,
 compile seconds, the sha256 and size of every file) and the files the backend needs to load
@@ -15,13 +15,19 @@ What is in the key, and why:
 * the **kernel source hash**: :func:`dsv4kit.results.kernel_source_hash` of the kernel's family
   folder (its sources, the folders it imports, the shared numerics and ``backends/*.py``);
   a kernel outside ``dsv4kit.kernels`` hashes its module's source and ``backends/*.py``.
-* the **toolchain that determines the artifact**: for Triton entries the triton version and a
-  digest of Triton's own ``triton_key()`` (the cubin, its launch metadata and Triton's cache hash
-  all come from them; ``triton_key()`` hashes Triton's compiler sources and its compiled
-  extension, which differs per Python ABI: an entry built under CPython 3.11 is a plain miss under
-  3.12, not a load that Triton would refuse, seen on the H200, ``benchmarks/results/store_h200/``); the
-  nvidia-cutlass-dsl and apache-tvm-ffi versions and the host CPU architecture for CuTeDSL
-  entries (the exported object is host code linked against their runtime libraries).
+* the **toolchain that determines the artifact**: for Triton entries the triton version and the
+  ``ptxas --version`` of the entry's arch; the nvidia-cutlass-dsl and apache-tvm-ffi versions and
+  the host CPU architecture for CuTeDSL entries (the exported object is host code linked against
+  their runtime libraries).
+* the **compile id** (backends that have one: Triton, ``TritonJitKernel.store_compile_id``): what
+  Triton's own cache key is made of *except* ``triton_key()``, i.e. the Triton version, Triton's
+  hash of the kernel source and its specialization (``src.hash()``), of the target and ptxas
+  (``backend.hash()``), of the options and of the cache-invalidating environment variables.
+  ``triton_key()`` is left out on purpose: it hashes Triton's compiled extension, whose bytes
+  differ between builds of one release for two Python versions (3.11 on the CPU machine, 3.12 on
+  the GPU machine, ``benchmarks/results/store_h200/``) while the binary they produce does not. A
+  Triton entry is installed, on load, under the hash the *running* Triton computes for the
+  compile, so its own cache lookup finds it.
 * **torch is recorded, not keyed**: neither artifact contains or calls torch code. Triton's
   cache hash has no torch component and CuTeDSL's TVM-FFI functions take torch tensors
   through DLPack, a stable ABI. Keying on torch would make a store built on the CPU machine
@@ -29,18 +35,25 @@ What is in the key, and why:
   point of the store. The manifest keeps torch's version (and Python's) for diagnosis.
 
 Entries are immutable: an entry whose source or toolchain changed is never read again (its
-digest differs); ``verify`` lists it as stale and ``clear --stale`` drops it.
+digest differs); ``verify`` lists it as stale and ``clear --stale`` drops it. (A changed compile id
+alone, e.g. another cache-invalidating Triton environment variable, is a plain miss: ``verify``
+cannot recompute it without the kernel's arguments.)
 
 Concurrency and crashes: an entry is written into ``tmp/`` inside the store and renamed into
 place as a whole (``os.rename`` of a directory is atomic on POSIX), so a reader sees either no
 entry or a complete one. Two processes writing one entry race harmlessly: the second rename
 fails and that writer drops its copy. A corrupted or truncated entry fails its checksums; the
-reader warns (:class:`StoreWarning`, naming kernel, key and path), moves it aside and the
-caller rebuilds it.
+reader warns (:class:`StoreWarning`, naming kernel, key, the path and where the bad bytes went),
+moves it aside into ``corrupt/`` inside the store (kept for inspection; ``cache clear`` empties it)
+and the caller rebuilds it in place.
+
+A path that cannot hold a store (a regular file, or a folder under one) is reported by
+:meth:`ArtifactStore.unusable` before anything touches it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -56,17 +69,20 @@ import tempfile
 import time
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "ENV_VAR",
+    "Cleared",
     "SCHEMA",
     "ArtifactStore",
     "Entry",
     "Problem",
+    "StoreIOError",
     "StoreWarning",
     "default_cache_dir",
     "key_text",
@@ -78,8 +94,10 @@ __all__ = [
 #: Environment variable that moves the default store.
 ENV_VAR = "DSV4KIT_CACHE_DIR"
 #: Manifest schema; a manifest of another schema is treated as stale.
-SCHEMA = "dsv4kit.store/1"
+SCHEMA = "dsv4kit.store/2"
 MANIFEST = "manifest.json"
+#: Where corrupt entries are moved for inspection (inside the store).
+CORRUPT = "corrupt"
 
 # The packages whose versions determine each backend's artifacts (see the module docstring).
 _TOOLCHAIN = {"triton": ("triton",), "cutedsl": ("nvidia-cutlass-dsl", "apache-tvm-ffi")}
@@ -109,24 +127,31 @@ def _version(dist: str) -> str:
         return "absent"
 
 
-def toolchain(backend: str) -> dict[str, str]:
-    """The versions that are part of an entry's key for ``backend`` (see the module docstring)."""
+def toolchain(backend: str, arch: str | None = None) -> dict[str, str]:
+    """The versions that are part of an entry's key for ``backend`` on ``arch`` (see the module
+    docstring)."""
     out = {d: _version(d) for d in _TOOLCHAIN.get(backend, ())}
     if backend == "cutedsl":
         out["host"] = platform.machine()
     if backend == "triton":
-        out["triton_key"] = _triton_key_digest()
+        out["ptxas"] = _ptxas_release(arch)
     return out
 
 
 @functools.cache
-def _triton_key_digest() -> str:
-    """sha256 (16 hex) of Triton's ``triton_key()``: what Triton's cache hash takes from the
-    installation (compiler sources, the ``libtriton`` build). Triton computes it for every
-    compile or cache lookup anyway (about 0.5 s, once per process)."""
-    from triton.runtime.cache import triton_key
+def _ptxas_release(arch: str | None) -> str:
+    """The release line of ``ptxas --version`` as Triton runs it for ``arch`` (Blackwell has its
+    own ptxas), or ``absent``. One subprocess per arch and process; Triton caches it too."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas_version
 
-    return hashlib.sha256(triton_key().encode()).hexdigest()[:16]
+        from dsv4kit.platform import arch_capability
+
+        text = get_ptxas_version(arch_capability(arch) if arch else 90)
+    except Exception:  # no ptxas (or no NVIDIA backend): every such installation agrees
+        return "absent"
+    lines = [ln.strip() for ln in str(text).splitlines() if "release" in ln]
+    return lines[0] if lines else hashlib.sha256(str(text).encode()).hexdigest()[:16]
 
 
 def recorded_versions() -> dict[str, str]:
@@ -172,14 +197,25 @@ def key_text(key: Any) -> str:
     return repr(key)
 
 
+def _compile_id(kernel: Any, key: Any) -> str | None:
+    """The backend's compile id of ``key`` (see the module docstring), or None when it has none."""
+    hook = getattr(kernel, "store_compile_id", None)
+    return None if hook is None else str(hook(key))
+
+
 def _identity(kernel: Any, key: Any) -> dict[str, Any] | None:
     cls = type(kernel)
     src = source_hash(cls)
     if src is None:
         return None
+    try:
+        compile_id = _compile_id(kernel, key)
+    except Exception:  # a key the kernel cannot bind (a bad key): it fails, unstored, when compiled
+        return None
     return {"schema": SCHEMA, "kernel": cls.__name__, "class": f"{cls.__module__}:{cls.__qualname__}",
             "key": key_text(key), "arch": kernel.target, "backend": kernel.backend,
-            "source_hash": src, "toolchain": toolchain(kernel.backend)}
+            "source_hash": src, "toolchain": toolchain(kernel.backend, kernel.target),
+            "compile": compile_id}
 
 
 def _digest(identity: Mapping[str, Any]) -> str:
@@ -267,7 +303,8 @@ def _check_files(path: Path, manifest: Mapping[str, Any]) -> str | None:
 
 
 #: The manifest fields an entry's directory name is the digest of (see :func:`_identity`).
-_IDENTITY_FIELDS = ("schema", "kernel", "class", "key", "arch", "backend", "source_hash", "toolchain")
+_IDENTITY_FIELDS = ("schema", "kernel", "class", "key", "arch", "backend", "source_hash", "toolchain",
+                    "compile")
 
 
 def _problem_of(path: Path) -> tuple[dict[str, Any] | None, str | None]:
@@ -288,6 +325,34 @@ def _problem_of(path: Path) -> tuple[dict[str, Any] | None, str | None]:
 
 
 @dataclass
+class Cleared:
+    """What :meth:`ArtifactStore.clear` did: entries really removed, and those that could not be."""
+
+    removed: int
+    failed: list[tuple[Path, str]] = field(default_factory=list)
+
+
+class StoreIOError(OSError):
+    """A store operation failed on a path; ``str()`` is one line naming the path and the cause."""
+
+    def __init__(self, what: str, path: Path | str, cause: BaseException | str) -> None:
+        why = cause if isinstance(cause, str) else (getattr(cause, "strerror", None) or str(cause)
+                                                    or type(cause).__name__)
+        super().__init__(f"{what} {path}: {why}")
+        self.path = Path(path)
+
+
+def _unusable_dir(path: Path) -> str | None:
+    """Why ``path`` cannot be (or become) a directory: it, or a folder above it, is not one."""
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                return "not a directory" if p == path else f"{p} is not a directory"
+            return None
+    return None
+
+
+@dataclass
 class ArtifactStore:
     """A directory of compiled artifacts; see the module docstring."""
 
@@ -299,6 +364,12 @@ class ArtifactStore:
     @property
     def entries_dir(self) -> Path:
         return self.root / "entries"
+
+    def unusable(self) -> str | None:
+        """One line saying why :attr:`root` cannot hold a store (it, or a folder above it, is a
+        regular file), or None. A root that does not exist yet is usable: writes create it."""
+        why = _unusable_dir(self.root)
+        return None if why is None else f"{self.root}: {why}"
 
     def _tmp(self, tag: str) -> Path:
         tmp = self.root / "tmp"
@@ -324,10 +395,22 @@ class ArtifactStore:
         manifest, why = _problem_of(path)
         if why is None and manifest is not None:
             return Entry(path, manifest)
+        aside = self.quarantine(path)
+        where = f"moved to {aside}" if aside is not None else "it could not be moved aside"
         warnings.warn(f"dsv4kit artifact store: entry of {kernel.name} {key} at {path} is corrupt "
-                      f"({why}); it is rebuilt", StoreWarning, stacklevel=2)
-        self._discard(path)
+                      f"({why}); {where}; it is rebuilt", StoreWarning, stacklevel=2)
         return None
+
+    def quarantine(self, path: Path) -> Path | None:
+        """Move a corrupt entry into ``corrupt/`` (its bytes kept for inspection); its new path, or
+        None when it could not be moved (a read-only store) or is already gone."""
+        dest = self.root / CORRUPT / f"{path.name}.{time.strftime('%Y%m%dT%H%M%S')}.{uuid.uuid4().hex[:6]}"
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(path, dest)
+        except OSError:
+            return None
+        return dest
 
     # ------------------------------------------------------------------ writing
     def put(self, kernel: Any, key: Any, files: Mapping[str, bytes], meta: Mapping[str, Any],
@@ -367,17 +450,19 @@ class ArtifactStore:
                 _, why = _problem_of(final)
                 if why is None:
                     return  # another writer won with a good entry
-                self._discard(final)
+                self.quarantine(final)
         raise OSError(f"could not install store entry {final}")
 
-    def _discard(self, path: Path) -> None:
-        """Move ``path`` aside (atomic), then delete it; a concurrent discard is harmless."""
-        aside = self._tmp(f"discard-{path.name}")
+    def _discard(self, path: Path) -> str | None:
+        """Move ``path`` aside (atomic), then delete it. None when ``path`` is gone afterwards (a
+        concurrent discard is harmless), else why it is still there."""
         try:
+            aside = self._tmp(f"discard-{path.name}")
             os.rename(path, aside)
-        except OSError:
-            return
-        shutil.rmtree(aside, ignore_errors=True)
+        except OSError as exc:
+            return None if not path.exists() else f"{type(exc).__name__}: {exc.strerror or exc}"
+        shutil.rmtree(aside, ignore_errors=True)  # moved out of entries/: no longer an entry
+        return None
 
     # ------------------------------------------------------------------ listing and checking
     def entries(self) -> list[Entry]:
@@ -389,6 +474,22 @@ class ArtifactStore:
             except (OSError, ValueError):
                 continue
         return sorted(out, key=lambda e: float(e.manifest.get("created", 0)))
+
+    def unreadable(self) -> list[Problem]:
+        """The entries :meth:`entries` leaves out because their manifest cannot be read (corrupt)."""
+        out = []
+        for path in self._entry_dirs():
+            try:
+                _read_manifest(path)
+            except (OSError, ValueError) as exc:
+                out.append(Problem(path, "corrupt", path.name,
+                                   f"manifest unreadable ({type(exc).__name__}: {exc})"))
+        return out
+
+    def quarantined(self) -> list[Path]:
+        """The corrupt entries moved aside into ``corrupt/`` (kept for inspection)."""
+        folder = self.root / CORRUPT
+        return sorted(folder.iterdir()) if folder.is_dir() else []
 
     def _entry_dirs(self) -> Iterator[Path]:
         if self.entries_dir.is_dir():
@@ -409,58 +510,114 @@ class ArtifactStore:
                 problems.append(Problem(path, "stale", what, stale))
         return problems
 
-    def remove(self, path: Path) -> None:
-        """Delete one entry (by its directory)."""
-        self._discard(path)
+    def remove(self, path: Path) -> bool:
+        """Delete one entry (by its directory); False when it is still there afterwards."""
+        return self._discard(path) is None
 
-    def clear(self) -> int:
-        """Delete every entry (and leftovers of interrupted writes); returns the entries removed."""
-        n = sum(1 for _ in self._entry_dirs())
-        for path in list(self._entry_dirs()):
-            self._discard(path)
-        shutil.rmtree(self.root / "tmp", ignore_errors=True)
-        return n
+    def clear(self, paths: Iterable[Path] | None = None) -> Cleared:
+        """Delete ``paths`` (default: every entry, the leftovers of interrupted writes and the
+        corrupt entries kept aside); counts only what is really gone."""
+        everything = paths is None
+        todo = list(self._entry_dirs()) if paths is None else list(paths)
+        done = Cleared(0)
+        for path in todo:
+            why = self._discard(path)
+            if why is None:
+                done.removed += 1
+            else:
+                done.failed.append((path, why))
+        if everything:
+            for extra in ("tmp", CORRUPT):
+                shutil.rmtree(self.root / extra, ignore_errors=True)
+        return done
 
     # ------------------------------------------------------------------ shipping
     def export(self, file: str | Path) -> int:
-        """Write every entry into one tar file (gzip when its name ends in .gz); returns the count."""
+        """Write every entry into one tar file (gzip when its name ends in .gz); returns the count.
+
+        Raises :class:`StoreIOError` (one line: the path and the cause) when the file cannot be
+        written; no partial file is left behind.
+        """
+        file = Path(file)
+        why = _unusable_dir(file.parent) or (None if file.parent.is_dir() else "no such folder")
+        if why is not None:
+            raise StoreIOError("cannot write", file, f"folder {file.parent}: {why}")
         entries = self.entries()
-        mode = "w:gz" if str(file).endswith((".gz", ".tgz")) else "w"
-        with tarfile.open(file, mode) as tar:
-            for e in entries:
-                tar.add(e.path, arcname=f"entries/{e.path.name}")
+        mode = "w:gz" if file.name.endswith((".gz", ".tgz")) else "w"
+        try:
+            with tarfile.open(file, mode) as tar:
+                for e in entries:
+                    tar.add(e.path, arcname=f"entries/{e.path.name}")
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                file.unlink()
+            raise StoreIOError("cannot write", file, exc) from None
         return len(entries)
 
     def import_(self, file: str | Path) -> tuple[int, list[Problem]]:
         """Add the entries of a tar file made by :meth:`export`; every checksum is verified first.
 
         Returns (entries added, problems); an entry that fails its checksums is not added.
+        Raises :class:`StoreIOError` when ``file`` is not a readable tar file or the store cannot
+        be written (one line: the path and the cause).
         """
-        self.root.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix="import.", dir=self._tmp("import").parent))
+        why = _tar_problem(Path(file))
+        if why is not None:
+            raise StoreIOError("cannot import", file, why)
+        why = self.unusable()
+        if why is not None:
+            raise StoreIOError("cannot import into", self.root, why.removeprefix(f"{self.root}: "))
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            work = Path(tempfile.mkdtemp(prefix="import.", dir=self._tmp("import").parent))
+        except OSError as exc:
+            raise StoreIOError("cannot import into", self.root, exc) from None
+        try:
+            return self._import_from(file, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def _import_from(self, file: str | Path, work: Path) -> tuple[int, list[Problem]]:
         added, problems = 0, []
         try:
             with tarfile.open(file) as tar:
                 tar.extractall(work, filter="data")
-            for path in sorted((work / "entries").glob("*")) if (work / "entries").is_dir() else []:
-                manifest, why = _problem_of(path)
-                if why is not None:
-                    problems.append(Problem(path, "corrupt", path.name, why))
-                    continue
-                final = self.entries_dir / path.name
-                if not final.exists():
+        except (tarfile.TarError, EOFError, zlib.error) as exc:
+            raise StoreIOError("cannot import", file, f"a damaged tar file ({exc})") from None
+        except OSError as exc:
+            raise StoreIOError("cannot import", file, exc) from None
+        for path in sorted((work / "entries").glob("*")) if (work / "entries").is_dir() else []:
+            manifest, why = _problem_of(path)
+            if why is not None:
+                problems.append(Problem(path, "corrupt", path.name, why))
+                continue
+            final = self.entries_dir / path.name
+            if not final.exists():
+                try:
                     self._install(path, final)
-                    added += 1
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+                except OSError as exc:
+                    raise StoreIOError("cannot import into", self.root, exc) from None
+                added += 1
         return added, problems
+
+
+def _tar_problem(file: Path) -> str | None:
+    """Why ``file`` is not a tar file this store could import (None: it looks like one)."""
+    if not file.exists():
+        return "no such file"
+    if not file.is_file():
+        return "not a regular file"
+    try:
+        return None if tarfile.is_tarfile(file) else "not a tar file"
+    except OSError as exc:
+        return exc.strerror or str(exc)
 
 
 def _stale_reason(manifest: Mapping[str, Any]) -> str | None:
     """Why an entry no longer matches this installation (None: it is current)."""
     if manifest.get("schema") != SCHEMA:
         return f"schema {manifest.get('schema')!r}, expected {SCHEMA!r}"
-    now = toolchain(str(manifest.get("backend")))
+    now = toolchain(str(manifest.get("backend")), manifest.get("arch"))
     then = manifest.get("toolchain", {})
     changed = [f"{k} {then.get(k)} -> {v}" for k, v in now.items() if then.get(k) != v]
     if changed:

@@ -2,10 +2,11 @@
 
 Everything that loops over families (the model stack, the CLI, the notebooks, the GPU scripts)
 reads :func:`families`; nothing else names a family. Order is the call order within a layer
-(spec §1 data flow); families without model hooks (the encoder store hooks, the rowquant
-example) come last. A folder whose ops share one kernel core (the three C4 compressors share
-the pooling core; K8a and K8b the norm-RoPE core; the three store hooks share the encoders)
-holds one spec per op, in ``SPECS``.
+(spec §1 data flow); families a DSv4 layer does not call (the encoder store hooks, the rowquant
+example) come last. Which families a layer calls, and where, is the model's table
+(:mod:`dsv4kit.model.hooks`): the kernels know nothing of the model. A folder whose ops share
+one kernel core (the three C4 compressors share the pooling core; K8a and K8b the norm-RoPE
+core; the three store hooks share the encoders) holds one spec per op, in ``SPECS``.
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ def family(name: str) -> FamilySpec:
     return specs[name] if specs is not None else mod.SPEC
 
 
-def families(*, model: bool = False) -> tuple[FamilySpec, ...]:
-    """Every registered family spec; ``model=True``: only those with model hooks (a DSv4 layer's)."""
-    specs = tuple(family(n) for n in FAMILY_NAMES)
-    return tuple(s for s in specs if s.model is not None) if model else specs
+def families() -> tuple[FamilySpec, ...]:
+    """Every registered family spec (those of a DSv4 layer: :func:`dsv4kit.model.hooks.model_families`)."""
+    return tuple(family(n) for n in FAMILY_NAMES)

@@ -3,23 +3,24 @@
 The stack is built from a :class:`~dsv4kit.model.presets.ModelPreset` plus the runtime settings
 a serving engine is started with (platform/arch, KV cache dtype, indexer cache format, cache
 block size B, batch limits, max model length). Building it walks the layers and, for every
-family spec in :data:`FAMILIES` (the registered families with model hooks, in call order),
-registers the family's kernel wherever its gate says the runtime calls it (the hook's
+family spec in :data:`FAMILIES` (the families of :data:`dsv4kit.model.hooks.HOOKS`, in call
+order), registers the family's kernel wherever its gate says the runtime calls it (the hook's
 ``config(stack, layer)`` is not None). Under an active :class:`~dsv4kit.jit.WarmupRegistry`
 that collects the warmup keys; 43 layers registering one kernel collapse into one entry.
 
 The stack knows no family: where each one runs (compress ratio per layer, cache dtype, indexer
 format, B), which variant, and how a serving step becomes op calls all live in the family's
-spec (``dsv4kit/kernels/<family>/spec.py``). What the stack holds is the runtime settings, the
-layers, and the one platform whose backend predicate both registration and the ops consult, so
-registration can never warm CuTeDSL where Triton runs, or the reverse (trap 6). A replayed call
+model hooks (``dsv4kit/model/hooks/<folder>.py``); the kernels know nothing of the model. What
+the stack holds is the runtime settings, the layers, and the one platform whose backend
+predicate both registration and the ops consult, so registration can never warm CuTeDSL where
+Triton runs, or the reverse (trap 6). A replayed call
 is bound to the kernel's ``dispatch`` by argument name (:meth:`FamilySpec.dispatch`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,12 +38,12 @@ from dsv4kit.formats.cache_dtypes import (
 from dsv4kit.jit import JitKernel, WarmupRegistry, WarmupReport
 from dsv4kit.jit import registry as jit_registry
 from dsv4kit.jit.store import ArtifactStore
-from dsv4kit.kernels import families
+from dsv4kit.model.hooks import HOOKS, ModelHooks, check_dispatch_by_name, model_families
 from dsv4kit.model.presets import DSV4_FLASH, DSV4_PRO, ModelPreset
 from dsv4kit.platform import BACKENDS, Platform, check_arch, cpu_platform, current_platform
 
 if TYPE_CHECKING:
-    from dsv4kit.model.trace import Step
+    from dsv4kit.model.trace import ReplayStats, Step
 
 __all__ = [
     "CACHE_DTYPES",
@@ -114,8 +115,8 @@ def _positive(name: str, value: object) -> int:
     return value
 
 
-#: Every kernel family of a DSv4 layer, in call order (the registered specs with model hooks).
-FAMILIES: tuple[FamilySpec, ...] = families(model=True)
+#: Every kernel family of a DSv4 layer, in call order (the specs of the model's hooks table).
+FAMILIES: tuple[FamilySpec, ...] = model_families()
 
 
 # --------------------------------------------------------------------------- the stack
@@ -172,6 +173,7 @@ class DSv4AttentionStack:
         backend: str | None = None,
         norm_weight_dtype: str = "bfloat16",
         families: Sequence[FamilySpec] = FAMILIES,
+        hooks: Mapping[str, ModelHooks] = HOOKS,
     ) -> None:
         self.preset = resolve_preset(preset)
         if isinstance(platform, str):
@@ -211,6 +213,13 @@ class DSv4AttentionStack:
                               repr(norm_weight_dtype))
         self.norm_weight_dtype = norm_weight_dtype
         self.families = tuple(families)
+        missing = [f.name for f in self.families if f.name not in hooks]
+        if missing:
+            raise input_error(STACK, "hooks", f"model hooks for every family (none for {missing})",
+                              sorted(hooks))
+        self.hooks = dict(hooks)
+        for fam in self.families:
+            check_dispatch_by_name(fam)  # replayed calls reach dispatch by argument name
 
         self.registry = WarmupRegistry()
         self.layers: list[AttentionLayer] = []
@@ -224,14 +233,15 @@ class DSv4AttentionStack:
 
     def _register(self, fam: FamilySpec, layer: AttentionLayer) -> JitKernel | None:
         """Register ``fam`` for ``layer`` where the runtime calls it (its gate: a config)."""
-        config = fam.model.config(self, layer) if fam.model is not None else None
+        hooks = self.hooks[fam.name]
+        config = hooks.config(self, layer)
         if config is None:
             return None
         # Catch what the family registers, keep it (self.registry) and forward it to whatever
         # registry is active, registration by registration (so counts stay per layer).
         probe = WarmupRegistry()
         with probe.activate():
-            kernel = fam.register(config, variant=fam.model.variant(self), backend=self.backend,
+            kernel = fam.register(config, variant=hooks.variant(self), backend=self.backend,
                                   platform=self.platform)
         for reg in probe.registrations.values():
             keys = list(reg.keys)
@@ -276,7 +286,38 @@ class DSv4AttentionStack:
 
     def calls(self, layer: AttentionLayer, step: Step) -> list[Call]:
         """The op calls ``layer`` makes in ``step``, in family order."""
-        return [c for fam in self.families for c in fam.calls(self, layer, step)]
+        calls = []
+        for fam in self.families:
+            kernel = layer.kernels.get(fam.name)
+            if kernel is not None:
+                sites = self.hooks[fam.name].call_sites(self, layer, step)
+                calls += [Call(fam, kernel, s.name, s.args) for s in sites]
+        return calls
+
+    def launch(self, call: Call, args: Mapping[str, Any]) -> Any:
+        """Run ``call``'s public op with real arguments, as the runtime would (no device-read checks)."""
+        return call.family.op(**args, backend=call.kernel.backend, platform=self.platform, debug_checks=False)
+
+    def unused(self, fam: FamilySpec) -> str | None:
+        """Why this runtime never calls ``fam`` at all, or None."""
+        hooks = self.hooks.get(fam.name)
+        return "not part of the DSv4 attention stack" if hooks is None else hooks.unused(self)
+
+    def not_selected(self, fam: FamilySpec, kernel: JitKernel) -> str | None:
+        """Why this runtime never calls ``kernel`` of ``fam`` (family unused, another variant), or None."""
+        why = self.unused(fam)
+        if why is not None:
+            return why
+        hooks = self.hooks[fam.name]
+        v = fam.variant_of(kernel)
+        if v is not None and v != hooks.variant(self):
+            return f"{v.upper()} variant not selected: {hooks.variant_reason(self)}"
+        return None
+
+    def explain_dead(self, fam: FamilySpec, key: Any, stats: ReplayStats) -> str | None:
+        """The family's reason a warmed ``key`` was never requested by a trace, or None."""
+        hooks = self.hooks.get(fam.name)
+        return None if hooks is None else hooks.explain_dead(self, key, stats)
 
     def describe(self) -> str:
         """One paragraph: preset, platform, settings, layer kinds, and what each family registered."""

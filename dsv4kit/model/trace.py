@@ -422,7 +422,7 @@ def replay(
                     stats.calls[(call.family.name, call.site)] += 1
                     try:
                         if launch:
-                            call.family.launch(stack, kernel, call.real_args(dev, pools))
+                            stack.launch(call, call.real_args(dev, pools))
                             continue
                         key = call.family.dispatch(kernel, call.like_args(dev.type))
                         stats.keys_by_site.setdefault((kernel.name, call.site), Counter())[key] += 1
@@ -552,7 +552,7 @@ def _dead_reason(stack: DSv4AttentionStack, kernel: JitKernel | None, name: str,
         fam = next((f for f in stack.families if kernel is not None and f.owns(kernel)), None)
         if fam is None or kernel is None:
             return f"{name} belongs to no kernel family of this stack"
-        why = fam.not_selected(stack, kernel)
+        why = stack.not_selected(fam, kernel)
         if why is not None:
             return why
         used = sorted({lay.kernels[fam.name].backend for lay in stack.layers if fam.name in lay.kernels})
@@ -561,5 +561,5 @@ def _dead_reason(stack: DSv4AttentionStack, kernel: JitKernel | None, name: str,
     if key not in own.get(name, set()):
         return "not a warmup key of this runtime configuration (warmed by a differently configured warmup)"
     family = stack.family_of(name)
-    why = family.explain_dead(stack, stack.kernels()[name], key, stats) if family is not None else None
+    why = stack.explain_dead(family, key, stats) if family is not None else None
     return why or "never requested by this trace"

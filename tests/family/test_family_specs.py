@@ -14,12 +14,13 @@ import torch
 
 import dsv4kit.ops
 from dsv4kit.errors import ContractError, KernelInputError
-from dsv4kit.family import DEFAULT_VARIANT, Arg, FamilySpec, ModelHooks, Variant
+from dsv4kit.family import DEFAULT_VARIANT, Arg, FamilySpec, Variant
 from dsv4kit.jit import WarmupRegistry
 from dsv4kit.kernels import FAMILY_FOLDERS, FAMILY_NAMES, families, family
 from dsv4kit.kernels.c4_compress import C4CompressConfig
 from dsv4kit.kernels.c128_compress import C128CompressConfig
 from dsv4kit.kernels.dequant_gather.spec import DequantGatherBase
+from dsv4kit.model.hooks import check_dispatch_by_name, model_families
 from dsv4kit.model.stack import DSv4AttentionStack
 from dsv4kit.platform import cpu_platform
 
@@ -58,7 +59,7 @@ def test_one_layout_for_every_family(name: str) -> None:
 
 
 def test_model_families_have_hooks_and_are_stacked() -> None:
-    model = families(model=True)
+    model = model_families()
     assert [s.name for s in model] == ["save_partial_states", "c4_compress_ds_mla", "c4_compress_plain",
                                        "indexer_compress", "c128_compress", "c128_norm_rope_store_ds_mla",
                                        "c128_norm_rope_store_plain", "indexer_q", "dequant_gather"]
@@ -92,12 +93,12 @@ def test_a_dispatch_that_reads_no_op_argument_is_refused() -> None:
         def dispatch(self, k_cache, num_pages):
             return self.CompileKey(block_size=k_cache.shape[1], has_gather_lens=num_pages > 0)
 
-    hooks = ModelHooks(config=lambda stack, layer: None, call_sites=lambda stack, layer, step: [])
+    bad = FamilySpec(name="bad", spec_id="X", summary="", op_name="bad",
+                     args=(Arg("k_cache", "tensor", (torch.uint8,), "[n, bs, 584]"),), contract=Reads,
+                     variants={DEFAULT_VARIANT: Variant(lambda k_cache: None, Reads, Reads)}, returns="")
     with pytest.raises(ContractError, match=r"dispatch parameters \['num_pages'\]"):
-        FamilySpec(name="bad", spec_id="X", summary="", op_name="bad",
-                   args=(Arg("k_cache", "tensor", (torch.uint8,), "[n, bs, 584]"),), contract=Reads,
-                   variants={DEFAULT_VARIANT: Variant(lambda k_cache: None, Reads, Reads)},
-                   returns="", model=hooks)
+        check_dispatch_by_name(bad)  # the model replays calls by name: it refuses this family
+    assert check_dispatch_by_name(family("dequant_gather")) is family("dequant_gather")
     with pytest.raises(ContractError, match="several variants need variant_arg"):
         FamilySpec(name="bad", spec_id="X", summary="", op_name="bad",
                    args=(Arg("k_cache", "tensor", (torch.uint8,), "[n, bs, 584]"),), contract=Reads,

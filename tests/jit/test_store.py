@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 from triton import knobs
+from triton.runtime import cache as triton_runtime_cache
+from triton.runtime.cache import triton_key
 
 from dsv4kit.backends.cutedsl import count_cute_compiles
 from dsv4kit.jit import ArtifactStore, StoreWarning, WarmupRegistry
@@ -80,7 +82,7 @@ def listener(monkeypatch):
 def test_triton_hit_restores_into_an_empty_triton_cache(tmp_path, monkeypatch, triton_kernel, listener):
     store = ArtifactStore(tmp_path / "store")
     key = triton_kernel.get_warmup_keys()[0]
-    store_mod._triton_key_digest()   # once per process (Triton computes its key anyway): in neither timing
+    triton_key()   # once per process (every Triton compile or cache lookup needs it): in neither timing
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tc1"))
     miss = _warm(triton_kernel, key, store)
     assert miss.info["origin"] == "compiled" and listener.hits == [False]
@@ -147,21 +149,45 @@ def test_toolchain_change_invalidates(tmp_path, monkeypatch, triton_kernel, cute
     assert problem.kind == "stale" and f"toolchain changed: {dist}" in problem.why
 
 
-def test_another_triton_build_is_a_miss_not_a_refused_load(tmp_path, monkeypatch, triton_kernel,
-                                                           triton_cache) -> None:
+def test_another_triton_build_is_a_hit_installed_under_the_running_hash(
+        tmp_path, monkeypatch, triton_kernel, listener) -> None:
     """Same triton version, another ``triton_key()`` (its libtriton built for another Python, as
-    the CPU machine's 3.11 and the H200's 3.12): the entry is not offered, so nothing warns."""
+    the CPU machine's 3.11 and the GPU machine's 3.12): the entry's key is unchanged, and the load
+    installs it under the hash *this* Triton computes, so Triton's own lookup hits."""
+    store = ArtifactStore(tmp_path / "store")
+    key = triton_kernel.get_warmup_keys()[0]
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tc-built"))
+    _warm(triton_kernel, key, store)
+    built = store.path_of(triton_kernel, key)
+    built_hash = store.get(triton_kernel, key).meta["triton_hash"]
+    monkeypatch.setattr(triton_runtime_cache, "triton_key", lambda: "libtriton of another CPython build")
+    monkeypatch.setattr(store_mod.platform, "python_version", lambda: "3.12.3")
+    assert store.path_of(triton_kernel, key) == built                      # the key did not move
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tc-gpu"))      # the other machine's empty cache
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", StoreWarning)
+        hit = _warm(triton_kernel, key, store)
+    ck = triton_kernel.artifact(key).executable
+    assert hit.info["origin"] == "hit" and listener.hits[-1] is True       # Triton found the files
+    assert ck.hash != built_hash and ck.hash == triton_kernel.compile_id(key).running_hash()
+    assert ck.metadata.hash == ck.hash                                     # as Triton would have written
+    group = triton_runtime_cache.get_cache_manager(ck.hash).get_group(triton_kernel.compile_id(key).group)
+    assert group and str(tmp_path / "tc-gpu") in next(iter(group.values())) and store.verify() == []
+
+
+def test_a_load_that_triton_compiles_is_refused_and_rebuilt(tmp_path, monkeypatch, triton_kernel,
+                                                            triton_cache) -> None:
+    """If the restored files are not where Triton looks, the load compiles: that is an error (the
+    warning names it) and the key is rebuilt, never reported as a hit."""
+    from dsv4kit.backends import triton as tb
+
     store = ArtifactStore(tmp_path / "store")
     key = triton_kernel.get_warmup_keys()[0]
     _warm(triton_kernel, key, store)
-    assert store_mod.toolchain("triton")["triton_key"] == store_mod._triton_key_digest()
-    monkeypatch.setattr(store_mod, "_triton_key_digest", lambda: "f" * 16)
-    assert not store.has(triton_kernel, key)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", StoreWarning)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tc-empty"))
+    monkeypatch.setattr(tb, "restore_triton_group", lambda entry, h, g: None)
+    with pytest.warns(StoreWarning, match="compiled instead of loading"):
         assert _warm(triton_kernel, key, store).info["origin"] == "compiled"
-    (problem,) = store.verify()
-    assert problem.kind == "stale" and "toolchain changed: triton_key" in problem.why
 
 
 def test_torch_is_recorded_not_keyed(tmp_path, monkeypatch, triton_kernel, triton_cache):

@@ -9,7 +9,7 @@ import torch
 from model_helpers import build
 
 from dsv4kit.errors import KernelInputError
-from dsv4kit.family import DEFAULT_VARIANT, Arg, FamilySpec, ModelHooks, Site, TensorSpec, Variant
+from dsv4kit.family import DEFAULT_VARIANT, Arg, FamilySpec, TensorSpec, Variant
 from dsv4kit.jit import KeyLedger, Like, WarmupChoices, WarmupIntRange, WarmupRegistry, kernel_launcher
 from dsv4kit.kernels.dequant_gather import SPEC as K3_SPEC
 from dsv4kit.kernels.dequant_gather.spec import DequantGatherBase
@@ -18,6 +18,7 @@ from dsv4kit.kernels.indexer_q.spec import IndexerQBase
 from dsv4kit.kernels.save_partial_states import SPEC as K4_SPEC
 from dsv4kit.kernels.save_partial_states.spec import SavePartialStatesBase
 from dsv4kit.kernels.toy import ToyConfig, ToyRowScale, toy_reference
+from dsv4kit.model.hooks import HOOKS, ModelHooks, Site
 from dsv4kit.model.presets import DSV4_FLASH, DSV4_PRO
 from dsv4kit.model.stack import (
     FAMILIES,
@@ -224,21 +225,24 @@ class ToyByName(ToyRowScale):
 
 
 def test_a_new_family_plugs_in() -> None:
-    """A family spec added to the stack's families registers per layer and is called by the replay."""
+    """A family spec added to the stack's families, with its model hooks, registers per layer and is
+    called by the replay."""
     fam = FamilySpec(
         name="toy", spec_id="T0", summary="toy row scale on sliding-window layers", op_name="toy_row_scale",
         args=(Arg("x", "tensor", (torch.float32, torch.bfloat16), "[T, width]"),),
         contract=ToyByName, variants={DEFAULT_VARIANT: Variant(toy_reference, ToyByName, ToyByName)},
         returns="x scaled per row",
-        model=ModelHooks(
-            config=lambda stack, layer: (ToyConfig(width=512, max_tokens=stack.max_num_batched_tokens)
-                                         if layer.compress_ratio == 0 else None),
-            call_sites=lambda stack, layer, step: [
-                Site("toy", {"x": TensorSpec((step.padded_tokens, 512), torch.float32)})],
-            explain_dead=lambda stack, key, stats: ("toy keys in bfloat16 are never requested"
-                                                    if key.dtype == "bfloat16" else None)),
     )
-    stack, registry = build(families=(*FAMILIES, fam))
+    hooks = ModelHooks(
+        config=lambda stack, layer: (ToyConfig(width=512, max_tokens=stack.max_num_batched_tokens)
+                                     if layer.compress_ratio == 0 else None),
+        call_sites=lambda stack, layer, step: [
+            Site("toy", {"x": TensorSpec((step.padded_tokens, 512), torch.float32)})],
+        explain_dead=lambda stack, key, stats: ("toy keys in bfloat16 are never requested"
+                                                if key.dtype == "bfloat16" else None))
+    with pytest.raises(KernelInputError, match=r"model hooks for every family \(none for \['toy'\]\)"):
+        build(families=(*FAMILIES, fam))
+    stack, registry = build(families=(*FAMILIES, fam), hooks={**HOOKS, "toy": hooks})
     assert registry.registrations["ToyByName"].count == 2
     assert [layer.index for layer in stack.layers if "toy" in layer.kernels] == [0, 1]
     ToyByName.clear_cache()

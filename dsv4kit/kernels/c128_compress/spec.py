@@ -1,5 +1,5 @@
-"""K7, K8a, K8b, the C128 compressors: their contracts, the operands both backends launch with,
-their place in a DSv4 C128 layer, and one family spec per op.
+"""K7, K8a, K8b, the C128 compressors: their contracts, the operands both backends launch with, and
+one family spec per op (their place in a DSv4 layer: :mod:`dsv4kit.model.hooks.c128_compress`).
 
 K7 pools; K8a / K8b normalize, rotate and store what K7 pooled (the same encoders as the store
 hooks). Keys carry only what changes code (spec K7, K8): fixed fields (validated) everywhere;
@@ -24,17 +24,15 @@ from typing import Any, ClassVar
 import torch
 
 from dsv4kit.errors import input_error
-from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, ModelHooks, Site, TensorSpec, Variant
-from dsv4kit.family.calls import LAUNCH_POOL_PAGES
+from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, Variant
+from dsv4kit.family.spec import KernelRef
 from dsv4kit.formats.cache_dtypes import NORM_WEIGHT_DTYPES, normalize_cache_dtype
 from dsv4kit.formats.ds_mla import (
     DS_ENTRY_BYTES,
     DS_HEAD_DIM,
-    allocate_ds_cache,
     check_ds_cache,
     ds_min_page_stride,
 )
-from dsv4kit.formats.plain_row import allocate_plain_cache
 from dsv4kit.jit import Immediate, JitKernel, Like, WarmupChoices, fixed, kernel_launcher
 from dsv4kit.kernels.c128_compress.reference import (
     ARGS,
@@ -48,7 +46,6 @@ from dsv4kit.kernels.c128_compress.reference import (
     check_c128_store_inputs,
     check_c128_store_values,
 )
-from dsv4kit.kernels.compressor.model import block_table_spec, kv_slots_spec, request_rows, state_spec
 from dsv4kit.kernels.encoders.reference import check_aligned
 from dsv4kit.kernels.encoders.spec import StoreOperands, cache_operands
 
@@ -509,129 +506,16 @@ class C128StorePlainBase(C128StoreBase):
         )
 
 
-# --------------------------------------------------------------------------- the model's view
+def _triton():  # the module (inferred, so tools follow `_triton().Class`); it imports this one
+    from dsv4kit.kernels.c128_compress import triton
+
+    return triton
 
 
-def _config(stack: Any, layer: Any) -> C128CompressConfig | None:
-    if layer.compress_ratio != RATIO:
-        return None
-    return C128CompressConfig(stack.block_size, (RATIO,), stack.cache_dtype, stack.norm_weight_dtype,
-                              state_block_size=stack.preset.c128.state_block_size)
+def _cutedsl():  # imported on first use: CUTLASS costs 0.5 s at import
+    from dsv4kit.kernels.c128_compress import cutedsl
 
-
-def _gated(contract: Any):
-    """The registration gate of ``contract``: the layer's config where the runtime calls the op."""
-
-    def config(stack: Any, layer: Any) -> C128CompressConfig | None:
-        cfg = _config(stack, layer)
-        return cfg if cfg is not None and contract.applies(cfg) else None
-
-    return config
-
-
-def _compressed_kv(t: int) -> TensorSpec:
-    # K7 writes it, K8 reads it: one pooled workspace per runtime (K8 sees what K7 pooled).
-    return TensorSpec((t, DS_HEAD_DIM), torch.float32, pool="c128_compressed_kv")
-
-
-def _compress_sites(stack: Any, layer: Any, step: Any) -> list[Site]:
-    """K7: every step, every token (padding: slot -1), after K4 wrote the step's state rows."""
-    t = step.padded_tokens
-    req = request_rows(step)
-    args = {
-        "state_cache": state_spec(t, DS_HEAD_DIM, STATE_BLOCK_SIZE),
-        "token_to_req": TensorSpec((t,), torch.int32, values=lambda: torch.tensor(req, dtype=torch.int32)),
-        "positions": TensorSpec((t,), torch.int64, values=step.positions),
-        "slot_mapping": TensorSpec((t,), torch.int64, values=step.slot_mapping),
-        "block_table": block_table_spec(stack, STATE_BLOCK_SIZE),
-        "out": _compressed_kv(t),
-    }
-    return [Site("compress_main", args)]
-
-
-def _cache(stack: Any, op: str) -> tuple[str, TensorSpec, int]:
-    """The cache argument of ``op`` in launch mode: (name, spec, capacity in entries)."""
-    kv_bs = max(1, stack.block_size // RATIO)
-    n = LAUNCH_POOL_PAGES
-    if op == "c128_norm_rope_store_ds_mla":
-        stride = ds_min_page_stride(kv_bs)
-        spec = TensorSpec(
-            (n, kv_bs, DS_ENTRY_BYTES),
-            torch.uint8,
-            (stride, DS_ENTRY_BYTES, 1),
-            pool=f"ds_cache:{kv_bs}",
-            make=lambda device: allocate_ds_cache(n, kv_bs, device=device),
-        )
-        return "k_cache", spec, n * kv_bs
-    dtype = torch.float8_e4m3fn if stack.kv_cache_dtype == "fp8" else torch.bfloat16
-    spec = TensorSpec(
-        (n, kv_bs, DS_HEAD_DIM),
-        dtype,
-        pool=f"plain_cache:{kv_bs}:{dtype}",
-        make=lambda device: allocate_plain_cache(n, kv_bs, dtype, device=device),
-    )
-    return "kv_cache", spec, n * kv_bs
-
-
-def _store_sites(op: str):
-    def call_sites(stack: Any, layer: Any, step: Any) -> list[Site]:
-        """K8: every step, every token, after K7 (boundary rows only are read and stored)."""
-        p, t = stack.preset, step.padded_tokens
-        cache_arg, cache, capacity = _cache(stack, op)
-        args: dict[str, Any] = {
-            "compressed_kv": _compressed_kv(t),
-            "positions": TensorSpec((t,), torch.int64, values=step.positions),
-            "slot_mapping": TensorSpec((t,), torch.int64, values=step.slot_mapping),
-            "kv_slot_mapping": kv_slots_spec(step, RATIO, capacity),
-            "rms_norm_weight": TensorSpec(
-                (DS_HEAD_DIM,),
-                NORM_WEIGHT_DTYPES[stack.norm_weight_dtype],
-                pool=f"norm_weight:{DS_HEAD_DIM}:{stack.norm_weight_dtype}",
-            ),
-            "rms_norm_eps": p.rms_norm_eps,
-            "cos_sin_cache": TensorSpec(
-                (p.compress_rope.max_pos, p.compress_rope.rope_dim), torch.float32, pool="cos_sin:float32"
-            ),
-            cache_arg: cache,
-        }
-        if op == "c128_norm_rope_store_plain":
-            args["fp8_scale"] = (
-                TensorSpec((1,), torch.float32, values=lambda: torch.ones(1))
-                if stack.kv_cache_dtype == "fp8"
-                else None
-            )
-        return [Site("store_main", args)]
-
-    return call_sites
-
-
-def _unused_ds(stack: Any) -> str | None:
-    if stack.kv_cache_dtype == "fp8_ds_mla":
-        return None
-    return f"K8a not used by this runtime: the KV cache is {stack.cache_dtype} (K8b stores it)"
-
-
-def _unused_plain(stack: Any) -> str | None:
-    if stack.kv_cache_dtype != "fp8_ds_mla":
-        return None
-    return "K8b not used by this runtime: the KV cache is fp8_ds_mla (K8a stores it)"
-
-
-def _explain_dead(stack: Any, key: Any, stats: Any) -> str | None:
-    """Why a warmed C128 key was never requested: another runtime's weights, format or pages."""
-    dtype = getattr(key, "norm_weight_dtype", None)
-    if dtype is not None and dtype != stack.norm_weight_dtype:
-        return (
-            f"norm weights {dtype} never requested: this runtime keeps them in "
-            f"{stack.norm_weight_dtype} (trap 9)"
-        )
-    full = getattr(key, "store_full_fp8", None)
-    if full is not None and full != (stack.kv_cache_dtype == "fp8"):
-        return (
-            f"{'e4m3' if full else 'bf16'} plain rows never requested: this runtime's KV cache is "
-            f"{stack.cache_dtype}"
-        )
-    return "no step in this trace" if not stats.tokens else None
+    return cutedsl
 
 
 def _spec(
@@ -639,18 +523,10 @@ def _spec(
     spec_id: str,
     summary: str,
     reference: Any,
-    backends: tuple[str, str],
-    call_sites: Any,
+    backends: tuple[KernelRef, KernelRef],
     returns: str,
     device_arg: str,
-    unused: Any = None,
 ) -> FamilySpec:
-    hooks = ModelHooks(
-        config=_gated(contract),
-        call_sites=call_sites,
-        explain_dead=_explain_dead,
-        **({"unused": unused} if unused else {}),
-    )
     return FamilySpec(
         name=contract.op_name,
         spec_id=spec_id,
@@ -662,8 +538,13 @@ def _spec(
         returns=returns,
         device_arg=device_arg,
         config_type=C128CompressConfig,
-        model=hooks,
         folder="c128_compress",
+        # K7 writes out (allocated [T, 512] when None) and returns its first T rows; K8 the cache.
+        mutates=tuple(a.name for a in ARGS[contract.op_name] if a.name in ("out", "k_cache", "kv_cache")),
+        result=(lambda a: a["out"][: a["positions"].shape[0]]) if contract is C128CompressBase else None,
+        allocates={"out": lambda a: torch.empty((a["positions"].shape[0], DS_HEAD_DIM), dtype=torch.float32,
+                                                device=a["state_cache"].device)}
+        if contract is C128CompressBase else {},
     )
 
 
@@ -678,8 +559,7 @@ SPECS: dict[str, FamilySpec] = {
             "C128 compress: pool the 128-row window (16 state blocks of 8) at each boundary token into an "
             "fp32 row; C128 layers, every step",
             c128_compress_reference,
-            ("C128CompressTriton", "C128CompressCuTeDSL"),
-            _compress_sites,
+            (lambda: _triton().C128CompressTriton, lambda: _cutedsl().C128CompressCuTeDSL),
             "compressed_kv [T, 512] fp32, a view of out (rows of boundary tokens with slots >= 0 written; "
             "the others untouched)",
             "state_cache",
@@ -690,11 +570,9 @@ SPECS: dict[str, FamilySpec] = {
             "C128 RMSNorm -> RoPE -> E1 into the fp8_ds_mla cache (page geometry in the key, trap 4); "
             "C128 layers with an fp8_ds_mla cache, every step",
             c128_norm_rope_store_ds_mla_reference,
-            ("C128StoreDsMlaTriton", "C128StoreDsMlaCuTeDSL"),
-            _store_sites("c128_norm_rope_store_ds_mla"),
+            (lambda: _triton().C128StoreDsMlaTriton, lambda: _cutedsl().C128StoreDsMlaCuTeDSL),
             _STORED,
             "compressed_kv",
-            _unused_ds,
         ),
         _spec(
             C128StorePlainBase,
@@ -702,11 +580,9 @@ SPECS: dict[str, FamilySpec] = {
             "C128 RMSNorm -> RoPE -> E2 bf16 / E3 e4m3 into a plain-row cache; C128 layers with a bf16 / "
             "fp8 cache, every step",
             c128_norm_rope_store_plain_reference,
-            ("C128StorePlainTriton", "C128StorePlainCuTeDSL"),
-            _store_sites("c128_norm_rope_store_plain"),
+            (lambda: _triton().C128StorePlainTriton, lambda: _cutedsl().C128StorePlainCuTeDSL),
             _STORED,
             "compressed_kv",
-            _unused_plain,
         ),
     )
 }

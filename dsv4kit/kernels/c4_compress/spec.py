@@ -1,5 +1,5 @@
-"""K5, K6, K9, the C4 compressors: their contracts, the operands both backends launch with, their
-place in a DSv4 C4 layer, and one family spec per op.
+"""K5, K6, K9, the C4 compressors: their contracts, the operands both backends launch with, and
+one family spec per op (their place in a DSv4 layer: :mod:`dsv4kit.model.hooks.c4_compress`).
 
 The three share one pooling core per backend (window of 8, softmax, RMSNorm, RoPE) and differ
 in the head (512 or 128) and the encoder, both read from the CompileKey. Keys carry only what
@@ -22,12 +22,11 @@ from typing import Any, ClassVar
 import torch
 
 from dsv4kit.errors import input_error
-from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, ModelHooks, Site, TensorSpec, Variant
-from dsv4kit.family.calls import LAUNCH_POOL_PAGES
+from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, Variant
+from dsv4kit.family.spec import KernelRef
 from dsv4kit.formats.cache_dtypes import INDEXER_CACHE_DTYPES, NORM_WEIGHT_DTYPES, normalize_cache_dtype
-from dsv4kit.formats.ds_mla import DS_ENTRY_BYTES, DS_HEAD_DIM, allocate_ds_cache, ds_min_page_stride
-from dsv4kit.formats.indexer_cache import IDX_ENTRY_BYTES, IDX_HEAD_DIM, allocate_indexer_cache
-from dsv4kit.formats.plain_row import allocate_plain_cache
+from dsv4kit.formats.ds_mla import DS_HEAD_DIM
+from dsv4kit.formats.indexer_cache import IDX_HEAD_DIM
 from dsv4kit.jit import Immediate, JitKernel, Like, WarmupChoices, fixed, kernel_launcher
 from dsv4kit.kernels.c4_compress.reference import (
     ARGS,
@@ -38,7 +37,6 @@ from dsv4kit.kernels.c4_compress.reference import (
     check_c4_values,
     indexer_compress_reference,
 )
-from dsv4kit.kernels.compressor.model import block_table_spec, kv_slots_spec, request_rows, state_spec
 from dsv4kit.kernels.encoders.reference import check_aligned
 from dsv4kit.kernels.encoders.spec import StoreOperands, cache_operands
 
@@ -512,143 +510,16 @@ class IndexerCompressBase(C4CompressBase):
         )
 
 
-# --------------------------------------------------------------------------- the model's view
+def _triton():  # the module (inferred, so tools follow `_triton().Class`); it imports this one
+    from dsv4kit.kernels.c4_compress import triton
+
+    return triton
 
 
-def _config(stack: Any, layer: Any) -> C4CompressConfig | None:
-    if layer.compress_ratio != RATIO:
-        return None
-    return C4CompressConfig(
-        stack.block_size, (RATIO,), stack.cache_dtype, stack.indexer_cache_dtype, stack.norm_weight_dtype
-    )
+def _cutedsl():  # imported on first use: CUTLASS costs 0.5 s at import
+    from dsv4kit.kernels.c4_compress import cutedsl
 
-
-def _gated(contract: type[C4CompressBase]):
-    """The registration gate of ``contract``: the layer's config where the runtime calls the op."""
-
-    def config(stack: Any, layer: Any) -> C4CompressConfig | None:
-        cfg = _config(stack, layer)
-        return cfg if cfg is not None and contract.applies(cfg) else None
-
-    return config
-
-
-def _cache(stack: Any, op: str) -> tuple[str, TensorSpec, int]:
-    """The cache argument of ``op`` in launch mode: (name, spec, capacity in entries)."""
-    bs = max(1, stack.block_size // RATIO)
-    n = LAUNCH_POOL_PAGES
-    if op == "c4_compress_ds_mla":
-        stride = ds_min_page_stride(bs)
-        return (
-            "k_cache",
-            TensorSpec(
-                (n, bs, DS_ENTRY_BYTES),
-                torch.uint8,
-                (stride, DS_ENTRY_BYTES, 1),
-                pool=f"ds_cache:{bs}",
-                make=lambda device: allocate_ds_cache(n, bs, device=device),
-            ),
-            n * bs,
-        )
-    if op == "c4_compress_plain":
-        dtype = torch.float8_e4m3fn if stack.kv_cache_dtype == "fp8" else torch.bfloat16
-        return (
-            "kv_cache",
-            TensorSpec(
-                (n, bs, DS_HEAD_DIM),
-                dtype,
-                pool=f"plain_cache:{bs}:{dtype}",
-                make=lambda device: allocate_plain_cache(n, bs, dtype, device=device),
-            ),
-            n * bs,
-        )
-    return (
-        "k_cache",
-        TensorSpec(
-            (n, bs, IDX_ENTRY_BYTES),
-            torch.uint8,
-            pool=f"indexer_cache:{bs}",
-            make=lambda device: allocate_indexer_cache(n, bs, device=device),
-        ),
-        n * bs,
-    )
-
-
-def _sites(op: str, head: int, site: str):
-    def call_sites(stack: Any, layer: Any, step: Any) -> list[Site]:
-        """Every step, every token (padding: slot -1), after K4 wrote the step's state rows."""
-        p, t = stack.preset, step.padded_tokens
-        comp = p.indexer if head == IDX_HEAD_DIM else p.c4
-        sbs = comp.state_block_size
-        req = request_rows(step)
-        state = state_spec(t, 2 * head, sbs)
-        cache_arg, cache, capacity = _cache(stack, op)
-        args = {
-            "state_cache": state,
-            "token_to_req": TensorSpec(
-                (t,), torch.int32, values=lambda: torch.tensor(req, dtype=torch.int32)
-            ),
-            "positions": TensorSpec((t,), torch.int64, values=step.positions),
-            "slot_mapping": TensorSpec((t,), torch.int64, values=step.slot_mapping),
-            "block_table": block_table_spec(stack, sbs),
-            "state_block_size": sbs,
-            "rms_norm_weight": TensorSpec(
-                (head,),
-                NORM_WEIGHT_DTYPES[stack.norm_weight_dtype],
-                pool=f"norm_weight:{head}:{stack.norm_weight_dtype}",
-            ),
-            "rms_norm_eps": p.rms_norm_eps,
-            # The compressors read the layer's fp32 compress RoPE cache (a bf16 one raises: trap 1).
-            "cos_sin_cache": TensorSpec(
-                (p.compress_rope.max_pos, p.compress_rope.rope_dim), torch.float32, pool="cos_sin:float32"
-            ),
-            cache_arg: cache,
-            "kv_slot_mapping": kv_slots_spec(step, RATIO, capacity),
-        }
-        if op == "c4_compress_plain":
-            args["fp8_scale"] = (
-                TensorSpec((1,), torch.float32, values=lambda: torch.ones(1))
-                if stack.kv_cache_dtype == "fp8"
-                else None
-            )
-        if op == "indexer_compress":
-            args["use_fp4_cache"] = stack.indexer_cache_dtype == "mxfp4"
-        return [Site(site, args)]
-
-    return call_sites
-
-
-def _unused_ds(stack: Any) -> str | None:
-    if stack.kv_cache_dtype == "fp8_ds_mla" and stack.block_size > 0:
-        return None
-    why = (
-        "B = 0 (no paged cache)"
-        if stack.block_size == 0
-        else f"the KV cache is {stack.cache_dtype} (K6 stores it)"
-    )
-    return f"K5 not used by this runtime: {why}"
-
-
-def _unused_plain(stack: Any) -> str | None:
-    if stack.kv_cache_dtype != "fp8_ds_mla":
-        return None
-    return "K6 not used by this runtime: the KV cache is fp8_ds_mla (K5 stores it)"
-
-
-def _explain_dead(stack: Any, key: Any, stats: Any) -> str | None:
-    """Why a warmed compressor key was never requested: another runtime's format or weights."""
-    if key.norm_weight_dtype != stack.norm_weight_dtype:
-        return (f"norm weights {key.norm_weight_dtype} never requested: this runtime keeps them in "
-                f"{stack.norm_weight_dtype} (trap 9)")
-    fp4 = getattr(key, "use_fp4_cache", None)
-    if fp4 is not None and fp4 != (stack.indexer_cache_dtype == "mxfp4"):
-        return (f"{'MXFP4' if fp4 else 'FP8'} indexer pages never requested: this runtime's indexer cache is "
-                f"{stack.indexer_cache_dtype}")
-    full = getattr(key, "store_full_fp8", None)
-    if full is not None and full != (stack.kv_cache_dtype == "fp8"):
-        return (f"{'e4m3' if full else 'bf16'} plain rows never requested: this runtime's KV cache is "
-                f"{stack.cache_dtype}")
-    return "no step in this trace" if not stats.tokens else None
+    return cutedsl
 
 
 def _spec(
@@ -656,17 +527,9 @@ def _spec(
     spec_id: str,
     summary: str,
     reference: Any,
-    triton_cls: str,
-    cutedsl_cls: str,
-    site: str,
-    unused: Any = None,
+    triton_cls: KernelRef,
+    cutedsl_cls: KernelRef,
 ) -> FamilySpec:
-    hooks = ModelHooks(
-        config=_gated(contract),
-        call_sites=_sites(contract.op_name, contract.head, site),
-        explain_dead=_explain_dead,
-        **({"unused": unused} if unused else {}),
-    )
     return FamilySpec(
         name=contract.op_name,
         spec_id=spec_id,
@@ -679,8 +542,9 @@ def _spec(
         "changes)",
         device_arg="state_cache",
         config_type=C4CompressConfig,
-        model=hooks,
         folder="c4_compress",
+        # The compressed cache (k_cache or kv_cache) is the one argument written.
+        mutates=tuple(a.name for a in ARGS[contract.op_name] if a.name in ("k_cache", "kv_cache")),
     )
 
 
@@ -693,10 +557,8 @@ SPECS: dict[str, FamilySpec] = {
             "C4 main compressor: pool the 8-row window at each boundary token, RMSNorm, "
             "RoPE, E1 into the fp8_ds_mla cache; C4 layers with an fp8_ds_mla cache, every step",
             c4_compress_ds_mla_reference,
-            "C4CompressDsMlaTriton",
-            "C4CompressDsMlaCuTeDSL",
-            "compress_main",
-            _unused_ds,
+            lambda: _triton().C4CompressDsMlaTriton,
+            lambda: _cutedsl().C4CompressDsMlaCuTeDSL,
         ),
         _spec(
             C4CompressPlainBase,
@@ -704,10 +566,8 @@ SPECS: dict[str, FamilySpec] = {
             "C4 main compressor into a plain-row cache (E2 bf16 or E3 e4m3); C4 layers "
             "with a bf16 / fp8 cache, every step",
             c4_compress_plain_reference,
-            "C4CompressPlainTriton",
-            "C4CompressPlainCuTeDSL",
-            "compress_main",
-            _unused_plain,
+            lambda: _triton().C4CompressPlainTriton,
+            lambda: _cutedsl().C4CompressPlainCuTeDSL,
         ),
         _spec(
             IndexerCompressBase,
@@ -715,9 +575,8 @@ SPECS: dict[str, FamilySpec] = {
             "C4 indexer compressor (head 128): E4 FP8 or E5 MXFP4 into the indexer K "
             "cache; C4 layers, every step",
             indexer_compress_reference,
-            "IndexerCompressTriton",
-            "IndexerCompressCuTeDSL",
-            "compress_indexer",
+            lambda: _triton().IndexerCompressTriton,
+            lambda: _cutedsl().IndexerCompressCuTeDSL,
         ),
     )
 }

@@ -1,6 +1,6 @@
 """K3: dequantize_and_gather_k_cache (fp8_ds_mla -> bf16 workspace).
 
-``SPEC`` is the family (op, kernels per backend, warmup, model hooks); the op is
+``SPEC`` is the family (op, kernels per backend, warmup); the op is
 ``dsv4kit.ops.dequantize_and_gather_k_cache``. Backend modules are imported on first use.
 """
 

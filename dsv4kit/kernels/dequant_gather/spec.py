@@ -1,5 +1,6 @@
 """K3 dequant-gather: the contract every backend shares (CompileKey, dispatch, warmup keys, the
-call) and the family spec with its place in a DSv4 layer (the sparse-MLA prefill path).
+call) and the family spec (its place in a DSv4 layer, the sparse-MLA prefill path:
+:mod:`dsv4kit.model.hooks.dequant_gather`).
 
 K3 (spec §3) keys on ``(block_size, has_gather_lens)`` only: the page stride, the offset, the
 request count and every length are runtime values. A backend subclass adds the kernel, its
@@ -15,11 +16,10 @@ from typing import Any
 import torch
 
 from dsv4kit.errors import input_error
-from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, ModelHooks, Site, TensorSpec, Variant
-from dsv4kit.family.calls import LAUNCH_POOL_PAGES
+from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, Variant
 from dsv4kit.formats.cache_dtypes import normalize_cache_dtype
 from dsv4kit.formats.checks import check_values_in_range
-from dsv4kit.formats.ds_mla import DS_ENTRY_BYTES, allocate_ds_cache, ds_min_page_stride
+from dsv4kit.formats.ds_mla import DS_ENTRY_BYTES
 from dsv4kit.jit import Immediate, JitKernel, Like, kernel_launcher, zip_inputs
 from dsv4kit.kernels.dequant_gather.reference import (
     ARGS,
@@ -211,70 +211,16 @@ def get_warmup_keys(config: Any = None, *, ratio: int | None = None) -> list[Deq
     return [DequantGatherBase.CompileKey(bs, g) for bs, g in warmup_block_sizes(config, ratio)]
 
 
-# --------------------------------------------------------------------------- the model's view
+def _triton():  # the module (inferred, so tools follow `_triton().Class`); it imports this one
+    from dsv4kit.kernels.dequant_gather import triton
+
+    return triton
 
 
-def _unused(stack: Any) -> str | None:
-    if stack.kv_cache_dtype == "fp8_ds_mla" and stack.block_size > 0:
-        return None
-    why = "B = 0 (no paged cache)" if stack.block_size == 0 else f"the KV cache is {stack.cache_dtype}"
-    return f"K3 not used by this runtime: {why}; K3 is the fp8_ds_mla sparse-MLA prefill path"
+def _cutedsl():  # imported on first use: CUTLASS costs 0.5 s at import
+    from dsv4kit.kernels.dequant_gather import cutedsl
 
-
-def _config(stack: Any, layer: Any) -> DequantGatherConfig | None:
-    """Every layer of an fp8_ds_mla paged runtime: its window (B), and its compressed entries."""
-    if _unused(stack) is not None:
-        return None  # dense (plain-row) path, or no paged cache
-    return DequantGatherConfig.for_layer(DequantGatherConfig(stack.block_size, (), stack.kv_cache_dtype),
-                                         layer.compress_ratio)
-
-
-def _ds_cache(bs: int) -> TensorSpec:
-    stride = ds_min_page_stride(bs)
-    return TensorSpec((LAUNCH_POOL_PAGES, bs, DS_ENTRY_BYTES), torch.uint8, (stride, DS_ENTRY_BYTES, 1),
-                      pool=f"ds_cache:{bs}",
-                      make=lambda device: allocate_ds_cache(LAUNCH_POOL_PAGES, bs, device=device))
-
-
-def _lens(values: list[int]) -> TensorSpec:
-    return TensorSpec((len(values),), torch.int32, values=lambda: torch.tensor(values, dtype=torch.int32))
-
-
-def _block_table(nreq: int, blocks: int) -> TensorSpec:
-    # Page ids alias a small pool: K3 only reads pages, so real layouts are not needed.
-    return TensorSpec((nreq, blocks), torch.int32, values=lambda: (
-        torch.arange(nreq * blocks, dtype=torch.int32) % LAUNCH_POOL_PAGES).view(nreq, blocks))
-
-
-def _call_sites(stack: Any, layer: Any, step: Any) -> list[Site]:
-    """Prefill steps only: the compressed entries (ratio R > 1) at offset 0, then the window."""
-    prefill = step.prefill_chunks
-    if not prefill:
-        return []  # K3 is the prefill path
-    b, r, window = stack.block_size, layer.compress_ratio, stack.preset.sliding_window
-    nreq = len(prefill)
-    seq_lens = [c.context_len + c.num_tokens for c in prefill]   # entries in the cache after the store
-    gather = [min(n, c.num_tokens + window - 1) for n, c in zip(seq_lens, prefill, strict=True)]
-    comp_lens = [n // r for n in seq_lens] if r > 1 else []
-    width = max(comp_lens, default=0)                           # N: the compressed region of a row
-    rows = width + max(gather)                                  # M = N + G_max > offset: always dispatched
-    out = TensorSpec((nreq, rows, stack.preset.head_dim), torch.bfloat16, pool="k3_workspace")
-    sites = []
-    if r > 1:
-        bs = max(1, b // r)
-        sites.append(Site(f"gather_compressed_c{r}", {
-            "out": out, "k_cache": _ds_cache(bs), "seq_lens": _lens(comp_lens), "gather_lens": None,
-            "block_table": _block_table(nreq, max(1, -(-width // bs))), "block_size": bs, "offset": 0}))
-    sites.append(Site("gather_window", {
-        "out": out, "k_cache": _ds_cache(b), "seq_lens": _lens(seq_lens), "gather_lens": _lens(gather),
-        "block_table": _block_table(nreq, -(-max(seq_lens) // b)), "block_size": b, "offset": width}))
-    return sites
-
-
-def _explain_dead(stack: Any, key: Any, stats: Any) -> str | None:
-    if stats.prefill_steps == 0:
-        return "no prefill in this trace: K3 gathers only on the sparse-MLA prefill path"
-    return None
+    return cutedsl
 
 
 SPEC = FamilySpec(
@@ -283,10 +229,12 @@ SPEC = FamilySpec(
     op_name="dequantize_and_gather_k_cache",
     args=ARGS,
     contract=DequantGatherBase,
-    variants={DEFAULT_VARIANT: Variant(dequantize_and_gather_k_cache_reference, "DequantGatherTriton",
-                                       "DequantGatherCuTeDSL")},
+    variants={DEFAULT_VARIANT: Variant(dequantize_and_gather_k_cache_reference,
+                                       lambda: _triton().DequantGatherTriton,
+                                       lambda: _cutedsl().DequantGatherCuTeDSL)},
     returns="out (bf16 [B_req, M, 512]); row offset + i of request b is entry L - G + i of its pages, "
             "nothing else of out changes",
     config_type=DequantGatherConfig,
-    model=ModelHooks(config=_config, call_sites=_call_sites, unused=_unused, explain_dead=_explain_dead),
+    mutates=("out",),
+    result=lambda a: a["out"],
 )

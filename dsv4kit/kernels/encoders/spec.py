@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import torch
 
 from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, Variant
+from dsv4kit.family.spec import KernelRef
 from dsv4kit.formats.ds_mla import DS_HEAD_DIM
 from dsv4kit.formats.indexer_cache import IDX_HEAD_DIM
 from dsv4kit.jit import Immediate, JitKernel, fixed, kernel_launcher
@@ -205,23 +206,36 @@ class StoreRowsIndexerBase(StoreRowsBase):
                            debug_checks)
 
 
+def _triton():  # the module (inferred, so tools follow `_triton().Class`); it imports this one
+    from dsv4kit.kernels.encoders import triton
+
+    return triton
+
+
+def _cutedsl():  # imported on first use: CUTLASS costs 0.5 s at import
+    from dsv4kit.kernels.encoders import cutedsl
+
+    return cutedsl
+
+
 def _spec(hook: str, spec_id: str, summary: str, contract: type[JitKernel], reference: Any,
-          triton_cls: str, cutedsl_cls: str) -> FamilySpec:
+          triton_cls: KernelRef, cutedsl_cls: KernelRef) -> FamilySpec:
     return FamilySpec(
         name=hook, spec_id=spec_id, summary=summary, op_name=hook, args=ARGS[hook], contract=contract,
         variants={DEFAULT_VARIANT: Variant(reference, triton_cls, cutedsl_cls)},
         returns="None (the entries of slots >= 0 are written in place; no other byte changes)",
-        config_type=StoreRowsConfig, folder="encoders")
+        config_type=StoreRowsConfig, folder="encoders",
+        mutates=(ARGS[hook][1].name,))  # the cache (k_cache or cache), second in every table
 
 
 SPECS: dict[str, FamilySpec] = {s.name: s for s in (
     _spec("store_rows_ds", "E1", "store hook of encoder E1: fp32 rows [T, 512] into an fp8_ds_mla cache "
           "(7 ue8m0-scaled e4m3 blocks of 64, bf16 rope dims)", StoreRowsDsBase, store_rows_ds_reference,
-          "StoreRowsDsTriton", "StoreRowsDsCuTeDSL"),
+          lambda: _triton().StoreRowsDsTriton, lambda: _cutedsl().StoreRowsDsCuTeDSL),
     _spec("store_rows_plain", "E2/E3", "store hook of encoders E2 (bf16) and E3 (e4m3 / fp8_scale): fp32 "
           "rows [T, 512] into a plain-row cache", StoreRowsPlainBase, store_rows_plain_reference,
-          "StoreRowsPlainTriton", "StoreRowsPlainCuTeDSL"),
+          lambda: _triton().StoreRowsPlainTriton, lambda: _cutedsl().StoreRowsPlainCuTeDSL),
     _spec("store_rows_indexer", "E4/E5", "store hook of encoders E4 (FP8) and E5 (MXFP4): fp32 rows [T, 128] "
           "into an indexer K cache", StoreRowsIndexerBase, store_rows_indexer_reference,
-          "StoreRowsIndexerTriton", "StoreRowsIndexerCuTeDSL"),
+          lambda: _triton().StoreRowsIndexerTriton, lambda: _cutedsl().StoreRowsIndexerCuTeDSL),
 )}

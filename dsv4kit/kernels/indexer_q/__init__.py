@@ -1,6 +1,6 @@
 """K1/K2: indexer-Q RoPE + FP8 (weight fold) or MXFP4 quantization.
 
-``SPEC`` is the family (op, kernels per backend and format, warmup, model hooks); the op is
+``SPEC`` is the family (op, kernels per backend and format, warmup); the op is
 ``dsv4kit.ops.indexer_q_rope_quant``. Backend modules are imported on first use, so the
 reference needs neither Triton's compiler nor CuTeDSL.
 """

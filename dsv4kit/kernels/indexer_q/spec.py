@@ -1,5 +1,5 @@
 """K1/K2 indexer-Q: the contract every backend shares (CompileKey, dispatch, warmup space, the
-call) and the family spec with its place in a DSv4 C4 layer.
+call) and the family spec (its place in a DSv4 layer: :mod:`dsv4kit.model.hooks.indexer_q`).
 
 K1 (FP8 with the weight fold) and K2 (MXFP4) are separate kernels with separate key sets but
 one key *definition* (spec K1/K2): ``(head_dim, rope_dim, num_heads, cos_sin_dtype, coarsen)``.
@@ -16,8 +16,7 @@ from typing import Any, ClassVar, Literal
 import torch
 
 from dsv4kit.errors import input_error
-from dsv4kit.family import FamilySpec, ModelHooks, Site, TensorSpec, Variant
-from dsv4kit.formats.cache_dtypes import ROPE_CACHE_DTYPES
+from dsv4kit.family import FamilySpec, Variant
 from dsv4kit.formats.checks import check_values_in_range
 from dsv4kit.jit import Immediate, JitKernel, Like, WarmupChoices, WarmupIntRange, fixed, kernel_launcher
 from dsv4kit.kernels.indexer_q.reference import (
@@ -141,46 +140,16 @@ class IndexerQBase(JitKernel["IndexerQBase.CompileKey"]):
         return key, args, outs
 
 
-# --------------------------------------------------------------------------- the model's view
+def _triton():  # the module (inferred, so tools follow `_triton().Class`); it imports this one
+    from dsv4kit.kernels.indexer_q import triton
+
+    return triton
 
 
-def _config(stack: Any, layer: Any) -> IndexerQConfig | None:
-    """C4 layers only (they have the indexer); every step, all T tokens."""
-    if layer.compress_ratio != 4:
-        return None
-    return IndexerQConfig(max_num_batched_tokens=stack.max_num_batched_tokens,
-                          cos_sin_dtypes=tuple(ROPE_CACHE_DTYPES[d] for d in stack.warmup_cos_sin_dtypes),
-                          indexer_cache_dtype=stack.indexer_cache_dtype)
+def _cutedsl():  # imported on first use: CUTLASS costs 0.5 s at import
+    from dsv4kit.kernels.indexer_q import cutedsl
 
-
-def _call_sites(stack: Any, layer: Any, step: Any) -> list[Site]:
-    t, p = step.padded_tokens, stack.preset
-    return [Site("indexer_q", {
-        "positions": TensorSpec((t,), torch.int64, values=step.positions),
-        "index_q": TensorSpec((t, p.index_n_heads, p.index_head_dim), torch.bfloat16, pool="index_q"),
-        "cos_sin_cache": TensorSpec((p.compress_rope.max_pos, p.compress_rope.rope_dim),
-                                    ROPE_CACHE_DTYPES[stack.rope_cache_dtype],
-                                    pool=f"cos_sin:{stack.rope_cache_dtype}"),
-        "index_weights": TensorSpec((t, p.index_n_heads), torch.bfloat16, pool="index_weights"),
-        "cache_format": stack.indexer_cache_dtype,
-        "softmax_scale": p.indexer_softmax_scale,
-        "head_scale": p.indexer_head_scale,
-    })]
-
-
-def _explain_dead(stack: Any, key: Any, stats: Any) -> str | None:
-    if key.cos_sin_dtype != stack.rope_cache_dtype:
-        return (f"cos_sin {key.cos_sin_dtype} never requested: this runtime's RoPE cache is "
-                f"{stack.rope_cache_dtype} (the other dtype is warmed for a model-dtype cast, trap 1)")
-    if not stats.tokens:
-        return "no step in this trace"
-    if key.coarsen > 1 and max(stats.tokens) < COARSEN_AT:
-        return (f"coarsen-{key.coarsen} never requested by this trace (largest batch "
-                f"{max(stats.tokens)} tokens < {COARSEN_AT})")
-    if key.coarsen == 1 and min(stats.tokens) >= COARSEN_AT:
-        return (f"coarsen-1 never requested by this trace (smallest batch {min(stats.tokens)} tokens "
-                f">= {COARSEN_AT})")
-    return None
+    return cutedsl
 
 
 SPEC = FamilySpec(
@@ -189,17 +158,14 @@ SPEC = FamilySpec(
     op_name="indexer_q_rope_quant",
     args=ARGS,
     contract=IndexerQBase,
-    variants={"fp8": Variant(indexer_q_fp8_reference, "IndexerQFp8Triton", "IndexerQFp8CuTeDSL"),
-              "mxfp4": Variant(indexer_q_mxfp4_reference, "IndexerQMxfp4Triton", "IndexerQMxfp4CuTeDSL")},
+    variants={"fp8": Variant(indexer_q_fp8_reference, lambda: _triton().IndexerQFp8Triton,
+                            lambda: _cutedsl().IndexerQFp8CuTeDSL),
+              "mxfp4": Variant(indexer_q_mxfp4_reference, lambda: _triton().IndexerQMxfp4Triton,
+                               lambda: _cutedsl().IndexerQMxfp4CuTeDSL)},
     variant_arg="cache_format",
     returns="K1 (fp8): (q_fp8 e4m3fn [T, 64, 128], weights_out fp32 [T, 64]) with the q scale folded into "
             "the weights; K2 (mxfp4): (q_packed uint8 [T, 64, 64], q_scale int32 [T, 64], weights_out fp32 "
             "[T, 64])",
     config_type=IndexerQConfig,
-    model=ModelHooks(
-        config=_config, call_sites=_call_sites,
-        variant=lambda stack: stack.indexer_cache_dtype,
-        variant_reason=lambda stack: f"this runtime's indexer cache is {stack.indexer_cache_dtype}",
-        explain_dead=_explain_dead,
-    ),
+    outputs=lambda a: indexer_q_outputs(a["cache_format"], a["index_q"].shape[0], a["index_q"].device),
 )

@@ -1,6 +1,6 @@
 """rowquant (the backends example): the contract every backend shares and the family spec.
 
-rowquant is not part of a DSv4 layer, so its spec has no model hooks; everything else (the op,
+rowquant is not part of a DSv4 layer, so the model has no hooks for it; everything else (the op,
 the kernel per backend, warmup registration) comes from the spec like every family's.
 """
 
@@ -110,13 +110,29 @@ class RowQuantBase(JitKernel["RowQuantBase.CompileKey"]):
         return key, self.launch_args(x, q.view(torch.uint8), scale), (q, scale)
 
 
+def _triton():  # the module (inferred, so tools follow `_triton().Class`); it imports this one
+    from dsv4kit.kernels.rowquant import triton
+
+    return triton
+
+
+def _cutedsl():  # imported on first use: CUTLASS costs 0.5 s at import
+    from dsv4kit.kernels.rowquant import cutedsl
+
+    return cutedsl
+
+
 SPEC = FamilySpec(
     name="rowquant", spec_id="example",
     summary="per-row UE8M0 FP8 quantization of a bf16 matrix (the backends example kernel)",
     op_name="rowquant",
     args=ARGS,
     contract=RowQuantBase,
-    variants={DEFAULT_VARIANT: Variant(rowquant_reference, "RowQuantTriton", "RowQuantCuTeDSL")},
+    variants={DEFAULT_VARIANT: Variant(rowquant_reference, lambda: _triton().RowQuantTriton,
+                                       lambda: _cutedsl().RowQuantCuTeDSL)},
     returns="(q float8_e4m3fn [M, N], scale float32 [M, N // 128])",
     config_type=RowQuantConfig,
+    outputs=lambda a: (torch.empty(a["x"].shape, dtype=torch.float8_e4m3fn, device=a["x"].device),
+                       torch.empty((a["x"].shape[0], a["x"].shape[1] // BLOCK), dtype=torch.float32,
+                                   device=a["x"].device)),
 )

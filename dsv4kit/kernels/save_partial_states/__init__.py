@@ -1,6 +1,6 @@
 """K4: save_partial_states (the compressor state cache writes of every token).
 
-``SPEC`` is the family (op, kernels per backend, warmup, model hooks); the op is
+``SPEC`` is the family (op, kernels per backend, warmup); the op is
 ``dsv4kit.ops.save_partial_states``.
 """
 

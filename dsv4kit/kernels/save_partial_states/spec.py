@@ -15,8 +15,7 @@ from typing import Any
 import torch
 
 from dsv4kit.errors import input_error
-from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, ModelHooks, Site, TensorSpec, Variant
-from dsv4kit.formats.state_cache import allocate_state_cache
+from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, Variant
 from dsv4kit.jit import Immediate, JitKernel, kernel_launcher, zip_inputs
 from dsv4kit.jit.launch_plans import Address
 from dsv4kit.kernels.save_partial_states.reference import (
@@ -179,57 +178,16 @@ def state_operands(kernel: str, kv: torch.Tensor, score: torch.Tensor, ape: torc
     return (kv_a, kv_lead, kv_s, sc_a, sc_lead, sc_s, ape_a, ape_lead, ape_s, state, s0, vec_ok)
 
 
-# --------------------------------------------------------------------------- the model's view
+def _triton():  # the module (inferred, so tools follow `_triton().Class`); it imports this one
+    from dsv4kit.kernels.save_partial_states import triton
+
+    return triton
 
 
-def _compressors(stack: Any, layer: Any) -> tuple[tuple[str, Any], ...]:
-    """(call site, compressor preset) of each state cache the layer writes: C4 layers write the
-    main state and the indexer's (trap 7), C128 layers the main state, SWA layers none."""
-    p = stack.preset
-    return {4: (("save_main_state", p.c4), ("save_indexer_state", p.indexer)),
-            128: (("save_main_state", p.c128),)}.get(layer.compress_ratio, ())
+def _cutedsl():  # imported on first use: CUTLASS costs 0.5 s at import
+    from dsv4kit.kernels.save_partial_states import cutedsl
 
-
-def _config(stack: Any, layer: Any) -> SavePartialStatesConfig | None:
-    comps = _compressors(stack, layer)
-    if not comps:
-        return None
-    return SavePartialStatesConfig(tuple((c.state_width, c.ratio, c.state_block_size) for _, c in comps))
-
-
-def _column(t: int, sw: int, half: int) -> TensorSpec:
-    # kv and score are the two column halves of the compressor's fp32 [T, 2 * SW] GEMM output.
-    return TensorSpec((t, sw), torch.float32, (2 * sw, 1),
-                      make=lambda device: torch.zeros(t, 2 * sw, device=device)[:, half * sw:(half + 1) * sw])
-
-
-def _slots(step: Any) -> TensorSpec:
-    # One state slot per real token; the padding of a CUDA-graph batch writes nothing (-1).
-    def values() -> torch.Tensor:
-        out = torch.full((step.padded_tokens,), -1, dtype=torch.int64)
-        out[:step.num_tokens] = torch.arange(step.num_tokens)
-        return out
-
-    return TensorSpec((step.padded_tokens,), torch.int64, values=values)
-
-
-def _call_sites(stack: Any, layer: Any, step: Any) -> list[Site]:
-    """Every step, every token (padding included: slot -1), once per state cache of the layer."""
-    t = step.padded_tokens
-    sites = []
-    for site, c in _compressors(stack, layer):
-        sw, sbs = c.state_width, c.state_block_size
-        nsb = max(1, -(-t // sbs))
-        sites.append(Site(site, {
-            "kv": _column(t, sw, 0), "score": _column(t, sw, 1),
-            "ape": TensorSpec(c.ape_shape, torch.float32, pool=f"ape:{c.ratio}:{sw}"),
-            "positions": TensorSpec((t,), torch.int64, values=step.positions),
-            "state_cache": TensorSpec((nsb, sbs, 2 * sw), torch.float32, pool=f"state:{sw}", make=(
-                lambda device, nsb=nsb, sbs=sbs, sw=sw: allocate_state_cache(nsb, sbs, sw, device=device))),
-            "slot_mapping": _slots(step),
-            "state_block_size": sbs, "state_width": sw, "compress_ratio": c.ratio,
-        }))
-    return sites
+    return cutedsl
 
 
 SPEC = FamilySpec(
@@ -239,10 +197,11 @@ SPEC = FamilySpec(
     op_name="save_partial_states",
     args=ARGS,
     contract=SavePartialStatesBase,
-    variants={DEFAULT_VARIANT: Variant(save_partial_states_reference, "SavePartialStatesTriton",
-                                       "SavePartialStatesCuTeDSL")},
+    variants={DEFAULT_VARIANT: Variant(save_partial_states_reference,
+                                       lambda: _triton().SavePartialStatesTriton,
+                                       lambda: _cutedsl().SavePartialStatesCuTeDSL)},
     returns="None (state_cache rows of slots >= 0 are written in place; nothing else changes)",
     device_arg="state_cache",
     config_type=SavePartialStatesConfig,
-    model=ModelHooks(config=_config, call_sites=_call_sites),
+    mutates=("state_cache",),
 )

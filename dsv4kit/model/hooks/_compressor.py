@@ -7,12 +7,16 @@ rows and compressed-cache slots follow the step's sequences.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from dsv4kit.family import TensorSpec
 from dsv4kit.formats.state_cache import allocate_state_cache
+
+if TYPE_CHECKING:
+    from dsv4kit.model.stack import DSv4AttentionStack
+    from dsv4kit.model.trace import Step
 
 __all__ = ["block_table_spec", "kv_slots_spec", "request_rows", "state_spec"]
 
@@ -28,7 +32,7 @@ def state_spec(t: int, state_width: int, sbs: int) -> TensorSpec:
     )
 
 
-def request_rows(step: Any) -> list[int]:
+def request_rows(step: Step) -> list[int]:
     """Request row (chunk index) of each token; padding tokens row 0."""
     req = []
     for i, c in enumerate(step.seqs):
@@ -36,7 +40,7 @@ def request_rows(step: Any) -> list[int]:
     return req + [0] * (step.padded_tokens - len(req))
 
 
-def block_table_spec(stack: Any, sbs: int) -> TensorSpec:
+def block_table_spec(stack: DSv4AttentionStack, sbs: int) -> TensorSpec:
     """The state block table of launch mode: one row per sequence the runtime may batch, wide
     enough for the longest context, every entry block 0 (a window may read any in-range block).
     One pooled allocation per runtime."""
@@ -45,7 +49,7 @@ def block_table_spec(stack: Any, sbs: int) -> TensorSpec:
                       make=lambda device: torch.zeros(shape, dtype=torch.int32, device=device))
 
 
-def kv_slots_spec(step: Any, ratio: int, capacity: int) -> TensorSpec:
+def kv_slots_spec(step: Step, ratio: int, capacity: int) -> TensorSpec:
     """The k-th boundary token (``(p + 1) % ratio == 0``) of the step writes compressed slot k
     (while the pool has room); every other token -1."""
 
