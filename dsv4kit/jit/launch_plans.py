@@ -56,7 +56,7 @@ from torch._C._dynamo.guards import TensorGuards
 from dsv4kit.jit import coverage
 
 __all__ = ["HOT", "MAX_PLANS", "Address", "LaunchPlan", "PlanTable", "SignatureGuard", "build_plan",
-           "disabled", "enabled", "launch_signature", "plan_safe", "plans_of", "set_enabled"]
+           "by_identity", "disabled", "enabled", "launch_signature", "plan_safe", "plans_of", "set_enabled"]
 
 #: Plans kept per kernel object; the table is cleared when full.
 MAX_PLANS = 256
@@ -167,11 +167,24 @@ def _base(t: torch.Tensor) -> int:
     return t.data_ptr() - t.storage_offset() * t.itemsize
 
 
+#: Types whose objects a signature describes by identity (:func:`by_identity`).
+_BY_IDENTITY: set[type] = set()
+
+
+def by_identity(cls: type) -> type:
+    """Let call signatures describe objects of ``cls`` by identity (a platform passed to an op,
+    say): whoever keeps the plan keeps the object alive, so its ``id`` stays its own."""
+    _BY_IDENTITY.add(cls)
+    return cls
+
+
 def _scalar_sig(v: Any) -> Any:
     tp = type(v)
     if tp in _SCALARS:
         # -0.0 == 0.0, but a plan bakes the value in: the sign of a zero is part of it
         return (tp, v, math.copysign(1.0, v)) if tp is float and v == 0.0 else (tp, v)
+    if tp in _BY_IDENTITY:
+        return (tp, id(v), id)
     if tp is tuple:
         parts = tuple(_scalar_sig(x) for x in v)
         return None if None in parts else (tuple, parts)
@@ -254,10 +267,12 @@ class SignatureGuard:
         return _make_guard(self, tg.check)
 
 
-def _scalar_ok(tp: type, want: Any, sign: float | None, v: Any) -> bool:
+def _scalar_ok(tp: type, want: Any, sign: Any, v: Any) -> bool:
     """Whether scalar ``v`` is exactly what the signature recorded (what ``_scalar_sig`` tells apart)."""
     if tp is tuple:
         return _scalar_sig(v) == want
+    if sign is id:  # an object described by identity
+        return type(v) is tp and id(v) == want
     if tp is type(None) or tp is bool or tp is torch.dtype:  # singletons
         return v is want
     # int, float, str: the exact type, then == (a nan never passes: the table's lookup decides)

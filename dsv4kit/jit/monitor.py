@@ -20,6 +20,7 @@ when the last one disarms, in whatever order they disarm.
 
 from __future__ import annotations
 
+import ast
 import builtins
 import logging
 import sys
@@ -103,9 +104,11 @@ def _install_host_hook(monitor: JitMonitor) -> Callable[[], None]:
             if mon is not None:
                 mon.report_host_codegen(f"{what} in {where}")
 
-    def compile_(source: Any, *args: Any, **kwargs: Any) -> Any:
-        report("compile", sys._getframe(1))
-        return real_compile(source, *args, **kwargs)
+    def compile_(source: Any, filename: Any = "<unknown>", mode: str = "exec", flags: int = 0,
+                 *args: Any, **kwargs: Any) -> Any:
+        if not flags & ast.PyCF_ONLY_AST:  # ast.parse builds a tree, not code
+            report("compile", sys._getframe(1))
+        return real_compile(source, filename, mode, flags, *args, **kwargs)
 
     def exec_(source: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(source, str | bytes):  # a code object was compiled (and reported) already
