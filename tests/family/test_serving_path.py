@@ -125,3 +125,23 @@ def test_cutedsl_with_cpu_tensors_names_backend() -> None:
     spec = SPECS["rowquant"]
     with pytest.raises(KernelInputError, match=r"^rowquant: backend: expected .*warmup --device cuda"):
         spec.op(**sized_call(spec, 2), backend="cutedsl")
+
+
+def test_a_signature_is_planned_on_its_second_call() -> None:
+    spec = SPECS["rowquant"]
+    kernel = spec.kernel()
+    call = sized_call(spec, 11)
+    spec.op(**call, debug_checks=False)
+    planned = len(launch_plans.plans_of(kernel))
+    spec.op(**call, debug_checks=False)                     # the second call plans both layers
+    assert len(launch_plans.plans_of(kernel)) == planned + 1
+    hot = spec._launches.hot[0][1]
+    assert hot((), {**call, "debug_checks": False}) is not None   # the third call takes the hot guard
+    before = launch_plans.set_plan_after(1)
+    try:
+        spec.op(**sized_call(spec, 12), debug_checks=False)  # planned on sight
+        assert len(launch_plans.plans_of(kernel)) == planned + 2
+    finally:
+        launch_plans.set_plan_after(before)
+    with pytest.raises(ValueError, match="calls: expected an int >= 1"):
+        launch_plans.set_plan_after(0)
