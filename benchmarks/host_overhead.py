@@ -49,7 +49,7 @@ from dsv4kit.jit import launch_plans
 from dsv4kit.kernels import families
 from dsv4kit.platform import current_platform
 from dsv4kit.results import kernel_source_provenance
-from dsv4kit.testing.valid_calls import twin, valid_call
+from dsv4kit.testing.valid_calls import sized_call, twin, valid_call
 
 
 def _mean_us(fn: Any, calls: int, repeats: int) -> float:
@@ -107,21 +107,17 @@ def _parts(spec: FamilySpec, kwargs: dict[str, Any], calls: int, repeats: int) -
 
 
 def _body_parts(plan: launch_plans.LaunchPlan, tensors: list[torch.Tensor]) -> dict[str, Any]:
-    """The plan body's pieces as callables: each fresh output's ``empty_strided`` (from the plan's
-    generated source), the launch with this call's arguments, and on a Triton direct launch the
-    launch's own steps and the two ways past ``CudaLauncher.__call__`` (its C ``launch``)."""
-    ns = plan.run.__globals__
-    launch = ns["launch"]
-    seen: list[list[Any]] = []
-    ns["launch"] = lambda args: seen.append(args) or launch(args)
-    try:
-        plan.run(*tensors)
-    finally:
-        ns["launch"] = launch
-    args = seen[0]
+    """The plan body's pieces as callables: each fresh output's ``empty_strided``, the launch with
+    this call's arguments, and on a Triton direct launch the launch's own steps and the two ways
+    past ``CudaLauncher.__call__`` (its C ``launch``)."""
+    launch = plan.launch
+    if launch is None:
+        return {}
     parts: dict[str, Any] = {}
-    for i, line in enumerate(ln for ln in plan.source.splitlines() if "empty_strided(" in ln):
-        parts[f"empty_strided #{i}"] = eval("lambda: " + line.split("=", 1)[1], ns)  # noqa: S307 - the plan's own line
+    for i, (shape, stride, dtype, dev) in enumerate(plan.fresh):
+        parts[f"empty_strided #{i}"] = (lambda a=shape, b=stride, c=dtype, d=dev:
+                                        torch.empty_strided(a, b, dtype=c, device=d))
+    args = _launch_args(plan, tensors)
     parts["launch"] = lambda: launch(args)
     cells = (c.cell_contents for c in launch.__closure__ or ())
     free = dict(zip(launch.__code__.co_freevars, cells, strict=True))
@@ -133,20 +129,34 @@ def _body_parts(plan: launch_plans.LaunchPlan, tensors: list[torch.Tensor]) -> d
     for slot, a in zip(free["slots"], args, strict=True):
         values[slot] = a
     stream = free["get_stream"](device)
-    run, function, packed = ck.run, ck.function, ck.packed_metadata
-    c_launch = run.launch
-    coop, pdl = run.launch_cooperative_grid, run.launch_pdl
+    run_, function, packed = ck.run, ck.function, ck.packed_metadata
+    c_launch = run_.launch
+    coop, pdl = run_.launch_cooperative_grid, run_.launch_pdl
     parts.update({
         "triton: current device": free["get_device"],
         "triton: current stream": lambda: free["get_stream"](device),
         "triton: launch_metadata": lambda: ck.launch_metadata(grid, stream, *values),
-        "triton: CudaLauncher.__call__": lambda: run(g0, g1, g2, stream, function, packed, None, None, None,
-                                                     *values),
+        "triton: CudaLauncher.__call__": lambda: run_(g0, g1, g2, stream, function, packed, None, None, None,
+                                                      *values),
         "triton: C launch": lambda: c_launch(g0, g1, g2, stream, function, coop, pdl, None, None, packed,
                                              None, None, None, *values),
     })
-    parts["triton: scratch bytes"] = (run.global_scratch_size, run.profile_scratch_size)
+    parts["triton: scratch bytes"] = (run_.global_scratch_size, run_.profile_scratch_size)
     return parts
+
+
+def _launch_args(plan: launch_plans.LaunchPlan, tensors: list[torch.Tensor]) -> list[Any]:
+    """The executor arguments ``plan`` builds for ``tensors`` (its launch intercepted, run once)."""
+    seen: list[list[Any]] = []
+    original = plan.launch
+    cells = dict(zip(plan.run.__code__.co_freevars, plan.run.__closure__ or (), strict=True))
+    cell = cells["launch"]
+    cell.cell_contents = lambda args: seen.append(args)
+    try:
+        plan.run(*tensors)
+    finally:
+        cell.cell_contents = original
+    return seen[0]
 
 
 def measure(spec: FamilySpec, backend: str, device: str, executor: str, calls: int, repeats: int,
@@ -185,6 +195,97 @@ def measure(spec: FamilySpec, backend: str, device: str, executor: str, calls: i
     return row
 
 
+#: The sizes of the three serving regimes (``sized_call``'s ``n``): one fixed shape, a cycle of
+#: 32 shapes seen before, and shapes never seen before (their keys warm).
+FIXED_N, CYCLE_N, NEW_N = 3, range(1, 33), range(33, 33 + 96)
+
+
+def _forget_plans(spec: FamilySpec) -> None:
+    """Drop every plan of ``spec``'s op and kernels: the shapes called so far are unseen again."""
+    spec._launches.clear()
+    for kernel in spec._kernels.values():
+        launch_plans.plans_of(kernel).clear()
+
+
+def regimes(spec: FamilySpec, backend: str, device: str, executor: str, calls: int, repeats: int,
+            debug_checks: str = "off") -> dict[str, Any]:
+    """Host µs per public op call (launch plans on, nothing synchronized) in three regimes:
+    ``fixed`` (one shape, back to back), ``cycle`` (32 shapes seen before, in turn) and ``new shape``
+    (each call a shape never called before whose key is warm: median and 90th percentile of the
+    single calls)."""
+    flag = _DEBUG[debug_checks]
+
+    def call_at(n: int) -> dict[str, Any]:
+        c = {k: (twin(v, device) if isinstance(v, torch.Tensor) else v)
+             for k, v in sized_call(spec, n).items()}
+        return {**c, "debug_checks": flag, "backend": backend}
+
+    fixed, cycle, new = call_at(FIXED_N), [call_at(n) for n in CYCLE_N], [call_at(n) for n in NEW_N]
+    op = spec.op
+    for c in (fixed, *cycle, *new):    # warms every key these shapes dispatch to
+        op(**c)
+    if executor == "noop":
+        for kernel in spec._kernels.values():
+            _noop_executors(kernel)
+    _forget_plans(spec)
+    for c in (fixed, *cycle):          # seen: planned at both layers
+        op(**c)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    row: dict[str, Any] = {"op": spec.op_name, "backend": backend, "executor": executor}
+    row["fixed us"] = round(_mean_us(lambda: op(**fixed), calls, repeats), 2)
+    turn = iter(())
+
+    def next_in_cycle() -> None:
+        nonlocal turn
+        c = next(turn, None)
+        if c is None:
+            turn = iter(cycle)
+            c = next(turn)
+        op(**c)
+
+    row["cycle us"] = round(_mean_us(next_in_cycle, calls, repeats), 2)
+    singles = []
+    for c in new:
+        t0 = time.perf_counter()
+        op(**c)
+        singles.append((time.perf_counter() - t0) * 1e6)
+    singles.sort()
+    row["new shape us"] = round(singles[len(singles) // 2], 2)
+    row["new shape p90 us"] = round(singles[int(len(singles) * 0.9)], 2)
+    row["new shapes"] = len(singles)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    for kernel in spec._kernels.values():
+        type(kernel).clear_cache()      # the no-op executors must not outlive the run
+    _forget_plans(spec)
+    return row
+
+
+def floors(calls: int, repeats: int) -> dict[str, float]:
+    """What any launch costs on this host (GPU): an empty ``@triton.jit`` kernel through
+    ``JITFunction.run``, an empty torch op, and a raw launch of a warmed binary (rowquant's Triton
+    key through its C launcher, the plan's last step)."""
+    x = torch.zeros(1, device="cuda")
+    out = {"JITFunction.run (empty kernel) us": empty_launch_us(calls, repeats),
+           "torch x.add_(0) us": round(_mean_us(lambda: x.add_(0), calls, repeats), 2)}
+    spec = next(s for s in families() if s.name == "rowquant")
+    call = {k: twin(v, "cuda") for k, v in valid_call(spec).items()}
+    spec.op(**call, backend="triton", debug_checks=False)
+    spec.op(**call, backend="triton", debug_checks=False)
+    hot = spec._launches.hot
+    if hot:
+        fast, guard = hot[0]
+        tensors = guard((), {**call, "backend": "triton", "debug_checks": False})
+        if tensors is not None:
+            parts = _body_parts(fast.plan, [tensors[i] for i in fast.order])
+            if "triton: C launch" in parts:
+                out["raw launch (warmed binary, C launcher) us"] = round(
+                    _mean_us(parts["triton: C launch"], calls, repeats), 2)
+    torch.cuda.synchronize()
+    return out
+
+
 def empty_launch_us(calls: int, repeats: int) -> float:
     """Host µs per launch of an empty ``@triton.jit`` kernel through ``JITFunction.run`` (GPU)."""
     import triton
@@ -210,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--debug-checks", choices=tuple(_DEBUG), default="off",
                    help="off (default; a GPU's default), on, or the op's default (on under the interpreter)")
     p.add_argument("--families", default="", help="comma-separated family names (default: all)")
+    p.add_argument("--only", choices=("all", "paths", "regimes"), default="all",
+                   help="the five paths per op, the three serving regimes per op, or both (default)")
     args = p.parse_args(argv)
     plat = current_platform()
     device = "cuda" if plat.is_cuda else "cpu"
@@ -217,23 +320,32 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--executor real needs a GPU (on a CPU the launch is the Triton interpreter)")
     backends = ["triton"] + (["cutedsl"] if plat.is_cuda and plat.cutedsl else [])
     wanted = {f for f in args.families.split(",") if f}
-    rows = []
+    rows, regime_rows = [], []
     for spec in families():
         if wanted and spec.name not in wanted:
             continue
         for backend in backends:
+            if args.only != "paths":
+                r = regimes(spec, backend, device, args.executor, args.calls, args.repeats, args.debug_checks)
+                print(f"{r['op']:<32} {backend:<8} fixed {r['fixed us']:7.1f}  cycle {r['cycle us']:7.1f}  "
+                      f"new shape {r['new shape us']:7.1f} (p90 {r['new shape p90 us']:7.1f}) us", flush=True)
+                regime_rows.append(r)
+            if args.only == "regimes":
+                continue
             row = measure(spec, backend, device, args.executor, args.calls, args.repeats, args.top,
                           args.debug_checks)
             print(f"{row['op']:<32} {backend:<8} op full {row['op full us']:7.1f} planned "
                   f"{row['op planned us']:7.1f}  kernel full {row['kernel full us']:7.1f} planned "
                   f"{row['kernel planned us']:7.1f} us", flush=True)
             rows.append(row)
-    empty = empty_launch_us(args.calls, args.repeats) if device == "cuda" else None
-    if empty is not None:
-        print(f"empty Triton kernel through JITFunction.run: {empty:.1f} us per launch")
+    floor = floors(args.calls, args.repeats) if device == "cuda" else {}
+    for name, us in floor.items():
+        print(f"floor: {name} {us:.2f}")
     out = Path(args.out)
     write_json(out / "host_overhead.json", {
-        "empty_launch_us": empty,
+        "empty_launch_us": floor.get("JITFunction.run (empty kernel) us"),
+        "floors": floor,
+        "regimes": regime_rows,
         "provenance": provenance({**kernel_source_provenance(s.name for s in families()
                                                              if not wanted or s.name in wanted),
                                   "platform": str(plat), "executor": args.executor,

@@ -62,6 +62,7 @@ import json
 import os
 import threading
 import time
+import types
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -276,6 +277,35 @@ def _interpreted(fn: JITFunction) -> InterpretedFunction:
         f = _INTERPRETED[id(fn)] = InterpretedFunction(fn.fn, do_not_specialize=fn.do_not_specialize,
                                                    do_not_specialize_on_alignment=fn.do_not_specialize_on_alignment)
     return f
+
+
+def _rewrite_ahead(fn: JITFunction) -> None:
+    """Have the interpreter rewrite ``fn`` and every ``@triton.jit`` function it calls now (it
+    caches the rewrite per function, and would otherwise generate it on the first interpreted run,
+    after warmup: host code generated at runtime, which the monitor reports)."""
+    seen: set[int] = set()
+    todo = [fn]
+    while todo:
+        f = todo.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        _interpreted(f).rewrite()
+        todo += _called_jit_functions(f)
+
+
+def _called_jit_functions(fn: JITFunction) -> list[JITFunction]:
+    """The ``@triton.jit`` functions ``fn`` names: globals, and attributes of the modules it names
+    (``triton_numerics.mxfp4_words``)."""
+    names, scope = fn.fn.__code__.co_names, fn.__globals__
+    found = []
+    for n in names:
+        v = scope.get(n)
+        if isinstance(v, types.ModuleType):
+            found += [a for m in names if isinstance(a := getattr(v, m, None), JITFunction)]
+        elif isinstance(v, JITFunction) and v is not fn:
+            found.append(v)
+    return found
 
 
 def _lang_namespaces() -> tuple[Any, ...]:
@@ -959,6 +989,7 @@ class TritonJitKernel(JitKernel[K]):
 
     def _interpreter_executor(self, key: K, variant: TritonVariant) -> Callable[..., Any]:
         fn, options = self.kernel_fn, self._options(key)
+        _rewrite_ahead(fn)  # during warmup: an interpreted run generates no code
 
         def run(*call_args: Any) -> None:
             args = self._full_args(key, call_args)

@@ -23,7 +23,7 @@ import torch
 from dsv4kit.errors import input_error
 from dsv4kit.formats.checks import check_dtype
 
-__all__ = ["REQUIRED", "Arg", "arg_table_markdown", "check_args", "normalize_scalar"]
+__all__ = ["REQUIRED", "Arg", "arg_table_markdown", "as_int", "check_args", "normalize_scalar"]
 
 REQUIRED = inspect.Parameter.empty
 
@@ -99,6 +99,17 @@ def normalize_scalar(kind: str, value: Any) -> Any:
     if kind == "float":
         return float(value) if isinstance(value, numbers.Real) else None
     return value if isinstance(value, str) else None
+
+
+def as_int(value: Any) -> Any:
+    """``value`` as a Python int when it is an integer of another type (numpy's, a 0-d index
+    array); anything else unchanged, for the check that follows to name it. Bools stay bools."""
+    if type(value) is int or isinstance(value, bool | float | str | torch.Tensor) or value is None:
+        return value
+    try:
+        return operator.index(value)
+    except TypeError:
+        return value
 
 
 def check_args(op: str, table: Sequence[Arg], values: Mapping[str, Any]) -> dict[str, Any]:

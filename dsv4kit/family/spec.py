@@ -36,10 +36,15 @@ from dsv4kit.errors import ContractError, KernelInputError, input_error
 from dsv4kit.family.plans import MAX_PLANS, CallPlan, OpLaunch, call_signature, op_launch_for, plan_for
 from dsv4kit.family.schema import Arg, arg_table_markdown, check_args
 from dsv4kit.jit import JitKernel, registry
-from dsv4kit.jit.launch_plans import _STATE, PlanTable, launch_signature
+from dsv4kit.jit.launch_plans import _STATE, PlanTable, by_identity, launch_signature
+from dsv4kit.jit.monitor import runtime_entry
 from dsv4kit.platform import BACKENDS, Platform, current_platform
 
 __all__ = ["DEFAULT_VARIANT", "FamilySpec", "KernelRef", "Variant"]
+
+# An op call's launch signature holds the platform it names by identity (the model passes its
+# own): such a call is planned too, and the op launch keeps the platform alive.
+by_identity(Platform)
 
 #: The variant name of a family with one kernel per backend.
 DEFAULT_VARIANT = "default"
@@ -220,6 +225,7 @@ class FamilySpec:
         """
         return self._call(args, kwargs)
 
+    @runtime_entry
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """:meth:`call` of packed arguments (the public op calls it: no second packing)."""
         launches = self._launches
@@ -230,6 +236,24 @@ class FamilySpec:
                     tensors = guard(args, kwargs)
                     if tensors is not None:
                         return hot.plan(tensors)
+        try:
+            return self._lookup_call(args, kwargs)
+        except KernelInputError as exc:  # raised below the op: it names the op, as the op's own checks do
+            raise self._op_error(exc) from None
+
+    def _op_error(self, exc: KernelInputError) -> KernelInputError:
+        """``exc`` naming this op where it names a kernel class (``StoreRowsDsTriton: arg: ...``);
+        the kernel's name stays on the error as ``kernel``."""
+        who, sep, rest = str(exc).partition(": ")
+        if not sep or who == self.op_name:
+            return exc
+        named = KernelInputError(f"{self.op_name}: {rest}")
+        named.kernel = who  # type: ignore[attr-defined]
+        return named
+
+    def _lookup_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """:meth:`_call` past the hot entries: by launch signature, by call signature, or checked."""
+        launches = self._launches
         described = launch_signature(args, kwargs) if _STATE["enabled"] else None
         fast: OpLaunch | bool | None = None
         if described is not None:
@@ -243,7 +267,8 @@ class FamilySpec:
         if plan is None:
             return self.call_checked(*args, _signature=sig, **kwargs)
         result = plan(args, kwargs)  # the kernel's keywords in the plan's order, the order OpLaunch finds
-        if described is not None and fast is not False:
+        # an op launch is made on the signature's second call, when the kernel has planned it too
+        if described is not None and fast is not False and (fast is not None or launches.seen_before(key)):
             if len(launches) >= MAX_PLANS:
                 launches.clear()
             made = op_launch_for(plan, args, kwargs, described[1], described[0])
@@ -255,7 +280,13 @@ class FamilySpec:
     def call_checked(self, *args: Any, _signature: tuple[Any, ...] | None = None, **kwargs: Any) -> Any:
         """The full path of :meth:`call`, whatever plans exist; with ``_signature`` (the call's), the
         outcome of the op layer's checks is kept as that signature's plan."""
-        sig = _signature
+        try:
+            return self._checked(args, kwargs, _signature)
+        except KernelInputError as exc:  # raised below the op: it names the op, as the op's own checks do
+            raise self._op_error(exc) from None
+
+    def _checked(self, args: tuple[Any, ...], kwargs: dict[str, Any], sig: tuple[Any, ...] | None) -> Any:
+        """:meth:`call_checked`'s body (its errors still name the kernel that raised them)."""
         values, opts = self.bind(*args, **kwargs)
         device = self._check_devices(values, opts["backend"])
         checked = dict(values)
@@ -281,8 +312,10 @@ class FamilySpec:
         if device.type not in ("cpu", "cuda"):
             raise input_error(self.op_name, where, "a cpu or cuda tensor", f"device {device}")
         if backend == "cutedsl" and device.type != "cuda":
-            raise input_error(self.op_name, where, "a cuda tensor (CuTeDSL kernels run only on a GPU)",
-                              f"device {device}")
+            raise input_error(self.op_name, "backend", "'triton' (or None) for tensors on the CPU: CuTeDSL "
+                              "kernels run only on a GPU (to compile them without one: `dsv4kit warmup "
+                              "--device cuda --arch sm_90a`, or kernel.compile_for(key, 'sm_90a'))",
+                              f"'cutedsl' with {where} on {device}")
         for a in self.args:
             t = values.get(a.name)
             if a.kind == "tensor" and t is not None and t.device != device:

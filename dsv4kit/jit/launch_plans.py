@@ -30,20 +30,22 @@ takes the full path.
 Hot guards. Computing the signature is most of a planned call's cost (a dozen attribute reads per
 tensor, a tuple of tuples, its hash). So the last few plans a kernel (or an op, :class:`OpLaunch
 <dsv4kit.family.plans.OpLaunch>`) used sit in ``PlanTable.hot``, each with a :class:`SignatureGuard`
-check generated from its signature: the positional count and keyword names in order, each scalar's
-exact type and value, and per tensor ``TensorGuards`` (exact type, dtype, device, sizes, strides,
-in C++) plus the storage offset, the address mod 32 and which tensors share a storage base, read
-from ``data_ptr``. A call passing it has exactly the plan's signature (so the plan is what the
-table would return); any other call gets None and takes the signature lookup, and from there the
-full checked path. ``TensorGuards`` also compares ``requires_grad`` and the dispatch key set under
-the thread's dispatch state (inference mode): stricter than the signature, so such a call falls
-back and, the table finding the plan, gets a hot entry guarded for its own state.
+check built from its signature (a closure: no code is generated per signature): the positional
+count and keyword names in order, each scalar's exact type and value, and per tensor
+``TensorGuards`` (exact type, dtype, device, sizes, strides, in C++) plus the storage offset, the
+address mod 32 and which tensors share a storage base, read from ``data_ptr``. A call passing it
+has exactly the plan's signature (so the plan is what the table would return); any other call
+gets None and takes the signature lookup, and from there the full checked path. ``TensorGuards``
+also compares ``requires_grad`` and the dispatch key set under the thread's dispatch state
+(inference mode): stricter than the signature, so such a call falls back and, the table finding
+the plan, gets a hot entry guarded for its own state.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import operator
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -54,16 +56,20 @@ from torch._C._dynamo.guards import TensorGuards
 from dsv4kit.jit import coverage
 
 __all__ = ["HOT", "MAX_PLANS", "Address", "LaunchPlan", "PlanTable", "SignatureGuard", "build_plan",
-           "disabled", "enabled", "launch_signature", "plan_safe", "plans_of", "set_enabled"]
+           "by_identity", "disabled", "enabled", "launch_signature", "plan_safe", "plans_of", "set_enabled",
+           "set_plan_after"]
 
 #: Plans kept per kernel object; the table is cleared when full.
 MAX_PLANS = 256
+
+#: Signatures remembered as called once per table (:meth:`PlanTable.seen_before`).
+MAX_ONCE = 4096
 
 #: Hot entries (a plan and its bound guard) kept per table, most recent first. Each failing guard
 #: costs ~0.1-1 µs before the fallback, so few: a steady loop reuses one signature per kernel.
 HOT = 4
 
-_STATE = {"enabled": True}
+_STATE: dict[str, Any] = {"enabled": True, "plan_after": 2}
 
 
 def enabled() -> bool:
@@ -74,6 +80,15 @@ def enabled() -> bool:
 def set_enabled(on: bool) -> bool:
     """Turn launch plans on or off for the process; returns the previous setting."""
     before, _STATE["enabled"] = _STATE["enabled"], bool(on)
+    return before
+
+
+def set_plan_after(calls: int) -> int:
+    """Plan a signature on its ``calls``-th call (1: on sight, a fixed-shape loop's best; default
+    2: a size seen once costs no plan); returns the previous setting."""
+    if type(calls) is not int or calls < 1:
+        raise ValueError(f"set_plan_after: calls: expected an int >= 1, got {calls!r}")
+    before, _STATE["plan_after"] = _STATE["plan_after"], calls
     return before
 
 
@@ -110,13 +125,34 @@ class Address:
 
 class PlanTable(dict):  # type: ignore[type-arg]
     """Plans by signature, and ``hot``: ``(plan, guard)`` pairs of the plans used last, most recent
-    first (module docstring). Removing a plan removes its hot entries, so a cleared table is cold."""
+    first (module docstring). Removing a plan removes its hot entries, so a cleared table is cold.
 
-    __slots__ = ("hot",)
+    ``once``: signatures called, not yet planned, with their call counts. A plan is built on a
+    signature's ``plan_after``-th call (:func:`set_plan_after`, default 2): building one costs
+    several full calls, and in serving most sizes come once (measured on the CPU with the no-op
+    executor: a new shape 18-52 µs unplanned, 96-335 µs planned on sight)."""
+
+    __slots__ = ("hot", "once")
 
     def __init__(self) -> None:
         super().__init__()
         self.hot: tuple[tuple[Any, Callable[..., Any]], ...] = ()
+        self.once: dict[Any, int] = {}
+
+    def seen_before(self, signature: Any) -> bool:
+        """Whether this call of ``signature`` is worth a plan (its ``plan_after``-th call or later);
+        counts the call if not."""
+        after = _STATE["plan_after"]
+        if after <= 1:
+            return True
+        seen = self.once.get(signature, 0) + 1
+        if seen >= after:
+            self.once.pop(signature, None)
+            return True
+        if len(self.once) >= MAX_ONCE:
+            self.once.clear()
+        self.once[signature] = seen
+        return False
 
     def promote(self, plan: Any, tensors: list[torch.Tensor]) -> None:
         """Put ``plan`` first in ``hot``, its guard bound to ``tensors`` (a call of its signature);
@@ -130,6 +166,7 @@ class PlanTable(dict):  # type: ignore[type-arg]
 
     def clear(self) -> None:
         self.hot = ()
+        self.once.clear()
         super().clear()
 
     def __delitem__(self, key: Any) -> None:
@@ -165,11 +202,24 @@ def _base(t: torch.Tensor) -> int:
     return t.data_ptr() - t.storage_offset() * t.itemsize
 
 
+#: Types whose objects a signature describes by identity (:func:`by_identity`).
+_BY_IDENTITY: set[type] = set()
+
+
+def by_identity(cls: type) -> type:
+    """Let call signatures describe objects of ``cls`` by identity (a platform passed to an op,
+    say): whoever keeps the plan keeps the object alive, so its ``id`` stays its own."""
+    _BY_IDENTITY.add(cls)
+    return cls
+
+
 def _scalar_sig(v: Any) -> Any:
     tp = type(v)
     if tp in _SCALARS:
         # -0.0 == 0.0, but a plan bakes the value in: the sign of a zero is part of it
         return (tp, v, math.copysign(1.0, v)) if tp is float and v == 0.0 else (tp, v)
+    if tp in _BY_IDENTITY:
+        return (tp, id(v), id)
     if tp is tuple:
         parts = tuple(_scalar_sig(x) for x in v)
         return None if None in parts else (tuple, parts)
@@ -209,108 +259,36 @@ def _is_tensor_entry(entry: tuple[Any, ...]) -> bool:
 
 
 class SignatureGuard:
-    """A check, generated from one signature, that a call has exactly that signature (module
+    """A check, built from one signature, that a call has exactly that signature (module
     docstring). :meth:`bind` makes the callable ``guard(args, kwargs)``: the call's tensors (all of
     them in signature order, or those of ``order``) when it has the signature, else None.
 
-    E.g. for ``f(x, 3, out=y)`` with ``x`` and ``y`` apart and ``y`` at offset 8 (``check``: the
-    bound ``TensorGuards.check``; ``c2``: the keyword names)::
-
-        def guard(args, kwargs):
-            if len(args) != 2 or list(kwargs) != c2:
-                return None
-            v0, v1, = args
-            v2, = kwargs.values()
-            try:
-                if not check(v0, v2):
-                    return None
-                if type(v1) is not int or v1 != 3:
-                    return None
-                if v0.storage_offset() | (v2.storage_offset() - 8):
-                    return None
-                p0 = v0.data_ptr()
-                p2 = v2.data_ptr()
-                if (p0 | p2) & 31:
-                    return None
-                if len({p0, (p2 - 32)}) != 2:
-                    return None
-            except Exception:
-                return None
-            return [v0, v2]
+    No code is generated: the guard is a closure over the signature's constants (the positional
+    count, the keyword names, each scalar's exact type and value, each tensor's storage offset,
+    address mod 32 and storage-sharing pattern), with the per-tensor metadata checked in C++ by
+    ``TensorGuards``. A call of new sizes therefore builds its guard without ``compile()``: the
+    cost of a signature not seen before does not include generating host code (and nothing is
+    generated after warmup for the monitor to report).
     """
 
     def __init__(self, signature: tuple[Any, ...], order: tuple[int, ...] | None = None) -> None:
         self.signature, self.order = signature, order
         nargs, entries = signature[0], signature[1:]
-        self.sizes = [list(e[4]) for e in entries if _is_tensor_entry(e)]
-        self.strides = [list(e[5]) for e in entries if _is_tensor_entry(e)]
-        names: dict[str, Any] = {"math": math, "_scalar_sig": _scalar_sig}
-
-        def const(value: Any) -> str:
-            if type(value) in (int, str) or (type(value) is float and math.isfinite(value)):
-                return repr(value)  # a literal (repr round-trips these exactly)
-            name = f"c{len(names)}"
-            names[name] = value
-            return name
-
-        lines = ["def make(check):", "  def guard(args, kwargs):"]
-        body = lines.append
-        keys = [e[0] for e in entries[nargs:]]
-        body(f"    if {f'len(args) != {nargs}' if nargs else 'args'} or "
-             f"{f'list(kwargs) != {const(keys)}' if keys else 'kwargs'}:")
-        body("        return None")
-        if nargs:
-            body(f"    {''.join(f'v{j}, ' for j in range(nargs))}= args")
-        if keys:
-            body(f"    {''.join(f'v{j}, ' for j in range(nargs, len(entries)))}= kwargs.values()")
-        body("    try:")
         tensors = [j for j, e in enumerate(entries) if _is_tensor_entry(e)]
-        checks = [f"not check({', '.join(f'v{j}' for j in tensors)})"] if tensors else []
-        for j, e in enumerate(entries):  # scalars: exactly what _scalar_sig tells apart
-            if _is_tensor_entry(e):
-                continue
-            tp, v = e[1][0], f"v{j}"
-            if tp is tuple:
-                checks.append(f"_scalar_sig({v}) != {const(e[1])}")
-            elif tp is type(None) or tp is bool or tp is torch.dtype:  # singletons
-                checks.append(f"{v} is not {const(e[1][1])}")
-            else:  # int, float, str: the exact type, then ==; a nan never passes (the table's lookup decides)
-                checks.append(f"type({v}) is not {tp.__name__} or {v} != {const(e[1][1])}")
-                if len(e[1]) == 3:
-                    checks.append(f"math.copysign(1.0, {v}) != {e[1][2]!r}")
-        if tensors:  # every offset, 0 included (a view at another offset may keep the alignment), in one test
-            checks.append(" | ".join(f"(v{j}.storage_offset() - {entries[j][6]})" if entries[j][6]
-                                     else f"v{j}.storage_offset()" for j in tensors))
-        for cond in checks:
-            body(f"        if {cond}:")
-            body("            return None")
-        for j in tensors:
-            body(f"        p{j} = v{j}.data_ptr()")
-        if tensors:  # p - a ≡ 0 (mod 32) for every tensor, in one test
-            terms = [f"(p{j} - {entries[j][7]})" if entries[j][7] else f"p{j}" for j in tensors]
-            body(f"        if ({' | '.join(terms)}) & 31:")
-            body("            return None")
-        # storage bases (the offsets are checked): tensors that shared one share it, the others are apart
-        base = {}
-        for j in tensors:
-            k = entries[j][6] * entries[j][2].itemsize
-            base[tensors.index(j)] = f"(p{j} - {k})" if k else f"p{j}"
-        leaders = [base[i] for i in range(len(tensors)) if entries[tensors[i]][8] == i]
-        same = [f"{base[i]} != {base[entries[tensors[i]][8]]}" for i in range(len(tensors))
-                if entries[tensors[i]][8] != i]
-        if len(leaders) > 1:
-            same.append(f"len({{{', '.join(leaders)}}}) != {len(leaders)}")
-        for cond in same:
-            body(f"        if {cond}:")
-            body("            return None")
-        body("    except Exception:")
-        body("        return None")
-        picked = tensors if order is None else [tensors[i] for i in order]
-        body(f"    return [{', '.join(f'v{j}' for j in picked)}]")
-        body("  return guard")
-        self.source = "\n".join(lines) + "\n"
-        exec(compile(self.source, "<dsv4kit hot guard>", "exec"), names)  # noqa: S102 - our own text
-        self._make: Callable[[Callable[..., bool]], Callable[..., Any]] = names["make"]
+        self.sizes = [list(entries[j][4]) for j in tensors]
+        self.strides = [list(entries[j][5]) for j in tensors]
+        self._nargs = nargs
+        self._keys = [e[0] for e in entries[nargs:]]
+        self._tensors = tuple(tensors)
+        # scalars: (position, exact type, value, sign of a zero float or None)
+        self._scalars = tuple((j, e[1][0], e[1] if e[1][0] is tuple else e[1][1],
+                               e[1][2] if len(e[1]) == 3 else None)
+                              for j, e in enumerate(entries) if not _is_tensor_entry(e))
+        self._offsets = tuple(entries[j][6] for j in tensors)
+        self._align = tuple(entries[j][7] for j in tensors)
+        self._base_delta = tuple(entries[j][6] * entries[j][2].itemsize for j in tensors)
+        self._share = tuple(entries[j][8] for j in tensors)
+        self._apart = all(s == i for i, s in enumerate(self._share))
 
     def bind(self, tensors: list[torch.Tensor]) -> Callable[[tuple[Any, ...], Mapping[str, Any]], Any] | None:
         """The guard, its ``TensorGuards`` made from ``tensors`` (a call of the signature, in
@@ -321,7 +299,61 @@ class SignatureGuard:
                 return None
         except Exception:  # an unusual tensor: no hot entry, the table's lookup still serves it
             return None
-        return self._make(tg.check)
+        return _make_guard(self, tg.check)
+
+
+def _scalar_ok(tp: type, want: Any, sign: Any, v: Any) -> bool:
+    """Whether scalar ``v`` is exactly what the signature recorded (what ``_scalar_sig`` tells apart)."""
+    if tp is tuple:
+        return _scalar_sig(v) == want
+    if sign is id:  # an object described by identity
+        return type(v) is tp and id(v) == want
+    if tp is type(None) or tp is bool or tp is torch.dtype:  # singletons
+        return v is want
+    # int, float, str: the exact type, then == (a nan never passes: the table's lookup decides)
+    return type(v) is tp and v == want and (sign is None or math.copysign(1.0, v) == sign)
+
+
+def _share_pattern(bases: tuple[int, ...]) -> tuple[int, ...]:
+    """For each tensor, the index of the first tensor with its storage base."""
+    first: dict[int, int] = {}
+    return tuple(first.setdefault(b, i) for i, b in enumerate(bases))
+
+
+def _make_guard(sig: SignatureGuard, check: Callable[..., bool]) -> Callable[..., Any]:
+    """The closure :meth:`SignatureGuard.bind` returns (see the class docstring)."""
+    nargs, keys, scalars = sig._nargs, sig._keys, sig._scalars
+    pick = operator.itemgetter(*sig._tensors) if sig._tensors else None
+    single = len(sig._tensors) == 1
+    offsets, align, delta, share, apart = sig._offsets, sig._align, sig._base_delta, sig._share, sig._apart
+    n = len(offsets)
+    order = sig.order
+    offset_of, ptr_of, sub = torch.Tensor.storage_offset, torch.Tensor.data_ptr, operator.sub
+
+    def guard(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[torch.Tensor] | None:
+        if len(args) != nargs or (list(kwargs) != keys if keys else kwargs):
+            return None
+        vals = args + tuple(kwargs.values()) if keys else args
+        try:
+            for j, tp, want, sign in scalars:
+                if not _scalar_ok(tp, want, sign, vals[j]):
+                    return None
+            if pick is None:
+                return []
+            ts = (pick(vals),) if single else pick(vals)
+            if not check(*ts) or tuple(map(offset_of, ts)) != offsets:
+                return None
+            ptrs = tuple(map(ptr_of, ts))
+            if any(d & 31 for d in map(sub, ptrs, align)):  # p - a = 0 (mod 32) for every tensor
+                return None
+            bases = tuple(map(sub, ptrs, delta))  # the offsets are checked: these are the storage bases
+            if (len(set(bases)) != n) if apart else (_share_pattern(bases) != share):
+                return None
+        except Exception:
+            return None
+        return list(ts) if order is None else [ts[i] for i in order]
+
+    return guard
 
 
 # --------------------------------------------------------------------------- recording
@@ -442,8 +474,8 @@ def _arg_step(a: Any, src: _Sources, pointer: bool) -> tuple[Any, ...]:
 class LaunchPlan:
     """One signature's launch, rebuilt per call from the call's tensors (module docstring).
 
-    ``source`` is the Python of a planned call, generated from the recipe (as Triton generates its
-    argument binder): the fresh outputs, the executor's arguments, the launch, the result. E.g.::
+    ``run`` is a closure over the recipe (no code is generated: a signature not seen before costs
+    no ``compile()``); ``source`` renders the same recipe as Python for a reader, e.g.::
 
         def planned_call(s0, s1, s2, s3):
             s4 = empty_strided(c0, c1, dtype=c2, device=c3)
@@ -456,9 +488,16 @@ class LaunchPlan:
     key: Any
     executor: Callable[..., Any]       # the cached executor this plan was made with
     cache: dict[Any, Any]              # the executor cache it was found in
-    source: str
+    recipe: tuple[Any, ...]            # _render's arguments: ``source`` is built when read
     run: Callable[..., Any]
     guard: SignatureGuard | None = None  # its signature's hot guard (unbound)
+    launch: Callable[[list[Any]], Any] | None = None  # what ``run`` launches with (introspection)
+    fresh: tuple[tuple[Any, ...], ...] = ()           # (shape, stride, dtype, device) per fresh output
+
+    @property
+    def source(self) -> str:
+        """The recipe as Python, for a reader (rendered on demand: a new shape does not pay it)."""
+        return _render(*self.recipe)
 
     def valid(self, cache: dict[Any, Any] | None) -> bool:
         """Whether the executor it launches is still the one cached for its key."""
@@ -477,7 +516,7 @@ def _rebind(t: torch.Tensor, dtype: torch.dtype, offset: int, size: tuple[int, .
 
 
 class _Source:
-    """The generated function's text and the constants it names."""
+    """The rendered recipe's text and the constants it names (for reading only)."""
 
     def __init__(self) -> None:
         self.names: dict[str, Any] = {"empty_strided": torch.empty_strided, "Address": Address,
@@ -508,11 +547,10 @@ class _Source:
         return self.const(rest[0])
 
 
-def _generate(ntensors: int, fresh: list[tuple[Any, ...]], arg_steps: list[tuple[Any, ...]], out_shape: str,
-              out_steps: list[tuple[Any, ...]], launch: Callable[..., Any],
-              finalizer: Callable[[Any], Any] | None) -> tuple[str, Callable[..., Any]]:
+def _render(ntensors: int, fresh: list[tuple[Any, ...]], arg_steps: list[tuple[Any, ...]], out_shape: str,
+            out_steps: list[tuple[Any, ...]], finalizer: Callable[[Any], Any] | None) -> str:
+    """The recipe as the Python a reader would write (documentation: nothing compiles it)."""
     src = _Source()
-    src.names.update(launch=launch, finalizer=finalizer)
     lines = [f"def planned_call({', '.join(f's{i}' for i in range(ntensors))}):"]
     for j, (shape, stride, dtype, device) in enumerate(fresh):
         lines.append(f"    s{ntensors + j} = empty_strided({src.const(shape)}, {src.const(stride)}, "
@@ -523,10 +561,58 @@ def _generate(ntensors: int, fresh: list[tuple[Any, ...]], arg_steps: list[tuple
     elif out_shape == "one":
         lines.append(f"    r = {src.expr(out_steps[0])}")
     lines.append("    return r" if finalizer is None else "    return finalizer(r)")
-    text = "\n".join(lines) + "\n"
-    namespace = dict(src.names)
-    exec(compile(text, "<dsv4kit launch plan>", "exec"), namespace)  # noqa: S102 - our own recipe
-    return text, namespace["planned_call"]
+    return "\n".join(lines) + "\n"
+
+
+def _step_fn(step: tuple[Any, ...]) -> Callable[[list[Any]], Any]:
+    """A function of the sources list ``s`` (call tensors, then fresh outputs) giving one value."""
+    kind, rest = step[0], step[1:]
+    if kind == _SRC:
+        return operator.itemgetter(rest[0])
+    if kind == _CONST:
+        value = rest[0]
+        return lambda s: value
+    if kind == _PTR:
+        i, delta = rest[:2]
+        return lambda s: s[i].data_ptr() + delta
+    if kind == _ADDR:
+        i, delta, _, dtype = rest
+        return lambda s: Address(s[i].data_ptr() + delta, dtype)
+    i, size, stride, offset, dtype, how = rest
+    if how == "rebind":
+        return lambda s: _rebind(s[i], dtype, offset, size, stride)
+    if how == "strided":
+        return lambda s: s[i].as_strided(size, stride, offset)
+    if how == "view":
+        return lambda s: s[i].view(dtype)
+    return lambda s: s[i].view(dtype).as_strided(size, stride, offset)
+
+
+def _runner(fresh: list[tuple[Any, ...]], arg_steps: list[tuple[Any, ...]], out_shape: str,
+            out_steps: list[tuple[Any, ...]], launch: Callable[..., Any],
+            finalizer: Callable[[Any], Any] | None) -> Callable[..., Any]:
+    """The planned call as a closure: allocate the fresh outputs, fill the executor's arguments
+    that vary per call into a template of the constant ones, launch, return the output."""
+    template = [st[1] if st[0] == _CONST else None for st in arg_steps]
+    fill = tuple((slot, _step_fn(st)) for slot, st in enumerate(arg_steps) if st[0] != _CONST)
+    outs = tuple(_step_fn(st) for st in out_steps)
+    empty_strided = torch.empty_strided
+
+    def run(*tensors: torch.Tensor) -> Any:
+        s = list(tensors)
+        for shape, stride, dtype, device in fresh:
+            s.append(empty_strided(shape, stride, dtype=dtype, device=device))
+        args = template.copy()
+        for slot, f in fill:
+            args[slot] = f(s)
+        r = launch(args)
+        if out_shape == "tuple":
+            r = tuple(f(s) for f in outs)
+        elif out_shape == "one":
+            r = outs[0](s)
+        return r if finalizer is None else finalizer(r)
+
+    return run
 
 
 def build_plan(kernel: Any, spec: Any, tensors: list[torch.Tensor],
@@ -547,6 +633,7 @@ def build_plan(kernel: Any, spec: Any, tensors: list[torch.Tensor],
         arg_steps = [_arg_step(a, src, i in pointer_slots) for i, a in enumerate(spec.args)]
     except _Unplannable:
         return None
-    text, run = _generate(len(tensors), fresh, arg_steps, out_shape, out_steps, launch, spec.finalizer)
+    recipe = (len(tensors), fresh, arg_steps, out_shape, out_steps, spec.finalizer)
+    run = _runner(fresh, arg_steps, out_shape, out_steps, launch, spec.finalizer)
     guard = SignatureGuard(signature) if signature is not None else None
-    return LaunchPlan(kernel.name, spec.key, exe, cache, text, run, guard)
+    return LaunchPlan(kernel.name, spec.key, exe, cache, recipe, run, guard, launch, tuple(fresh))

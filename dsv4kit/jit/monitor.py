@@ -6,6 +6,11 @@ the exact fields that differ).  Compiles reach the monitor from two places:
 ``JitKernel._get_or_compile`` misses (every backend), and the backend hooks that
 arm with the monitor (Triton's compile hook, the ``cute.compile`` wrapper).
 
+Host code counts too: while a monitor is armed, Python code generated (``compile`` / ``exec`` of
+a string) inside an op or kernel call, in the kit or below it (Triton's argument binder, say), is
+reported as a compile of kernel ``host`` (source ``host``): the launch path must not generate
+code after warmup any more than the kernels may compile.
+
 Monitors nest as a stack: a compile is reported to every armed monitor, and it raises when
 any of them is in ``error`` mode, so an inner ``off`` or ``warn`` monitor can never weaken an
 outer ``error`` one. Re-entering an armed monitor (``with m: with m:``) keeps it armed until
@@ -15,7 +20,10 @@ when the last one disarms, in whatever order they disarm.
 
 from __future__ import annotations
 
+import ast
+import builtins
 import logging
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any, Literal
@@ -24,6 +32,7 @@ from dsv4kit.errors import UnwarmedKeyError
 
 __all__ = [
     "CompileEvent",
+    "HostCodegenError",
     "JitMonitor",
     "active_monitor",
     "key_diff",
@@ -32,6 +41,7 @@ __all__ = [
     "nearest_keys",
     "unwarmed_key_error",
     "register_monitor_hook",
+    "runtime_entry",
 ]
 
 log = logging.getLogger("dsv4kit.jit")
@@ -58,6 +68,59 @@ def register_monitor_hook(install: Callable[[JitMonitor], Callable[[], None]]) -
     """Register a backend hook: ``install(monitor)`` runs at arm time and returns its uninstaller."""
     if install not in _HOOK_INSTALLERS:
         _HOOK_INSTALLERS.append(install)
+
+
+# Code objects of the functions every op or kernel call runs through (the op's entry, the kernel
+# launcher's wrapper): host code generated under one of them is generated at runtime.
+_RUNTIME_CODES: set[Any] = set()
+
+
+def runtime_entry(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark ``fn`` as an entry of op or kernel calls: code generated below it while a monitor is
+    armed is reported as a host compile. Returns ``fn``."""
+    _RUNTIME_CODES.add(fn.__code__)
+    return fn
+
+
+def _runtime_caller(asker: Any) -> str | None:
+    """``file:function`` of frame ``asker`` (it asked for the code) when an op or kernel entry is on
+    its stack, else None."""
+    f = asker
+    while f is not None:
+        if f.f_code in _RUNTIME_CODES:
+            return f"{asker.f_code.co_filename}:{asker.f_code.co_name}"
+        f = f.f_back
+    return None
+
+
+def _install_host_hook(monitor: JitMonitor) -> Callable[[], None]:
+    """Wrap ``compile`` and ``exec`` so that code generated under a runtime entry is reported."""
+    real_compile, real_exec = builtins.compile, builtins.exec
+
+    def report(what: str, asker: Any) -> None:
+        where = _runtime_caller(asker)
+        if where is not None:
+            mon = active_monitor()
+            if mon is not None:
+                mon.report_host_codegen(f"{what} in {where}")
+
+    def compile_(source: Any, filename: Any = "<unknown>", mode: str = "exec", flags: int = 0,
+                 *args: Any, **kwargs: Any) -> Any:
+        if not flags & ast.PyCF_ONLY_AST:  # ast.parse builds a tree, not code
+            report("compile", sys._getframe(1))
+        return real_compile(source, filename, mode, flags, *args, **kwargs)
+
+    def exec_(source: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(source, str | bytes):  # a code object was compiled (and reported) already
+            report("exec", sys._getframe(1))
+        return real_exec(source, *args, **kwargs)
+
+    builtins.compile, builtins.exec = compile_, exec_
+
+    def uninstall() -> None:
+        builtins.compile, builtins.exec = real_compile, real_exec
+
+    return uninstall
 
 
 def active_monitor() -> JitMonitor | None:
@@ -102,6 +165,15 @@ def unwarmed_key_error(kernel: str, key: Any, warmed: Iterable[Any]) -> Unwarmed
         return UnwarmedKeyError(kernel, key, None, {})
     return UnwarmedKeyError(kernel, key, near[0], key_diff(near[0], key),
                             [(k, key_diff(k, key)) for k in near[1:]])
+
+
+class HostCodegenError(UnwarmedKeyError):
+    """Python code was generated inside an op or kernel call after warmup (``error`` mode)."""
+
+    def __init__(self, where: str) -> None:
+        RuntimeError.__init__(self, f"host: Python code generated after warmup ({where}); the launch "
+                                    "path must generate nothing per call")
+        self.kernel, self.key, self.nearest, self.diff, self.also_near = "host", where, None, {}, []
 
 
 @dataclass(frozen=True)
@@ -177,6 +249,16 @@ class JitMonitor:
         if any(m.mode == "warn" for m in monitors):
             _RUNTIME_COMPILED.add((kernel, key))  # it will compile now: not a warmed key
 
+    def report_host_codegen(self, where: str) -> None:
+        """Python code generated at runtime (see the module docstring): recorded as kernel ``host``,
+        source ``host``; raises :class:`HostCodegenError` in ``error`` mode."""
+        err = HostCodegenError(where)
+        monitors = list(_ACTIVE) if self in _ACTIVE else [*_ACTIVE, self]
+        for m in monitors:
+            m._record(CompileEvent("host", where, "host"), err)
+        if any(m.mode == "error" for m in monitors):
+            raise err
+
     def _record(self, event: CompileEvent, err: UnwarmedKeyError) -> None:
         if self.mode == "off":
             return
@@ -188,3 +270,6 @@ class JitMonitor:
     def compiles(self, kernel: str | None = None) -> list[CompileEvent]:
         """Compile events seen so far (of one kernel, if named)."""
         return [e for e in self.events if kernel is None or e.kernel == kernel]
+
+
+register_monitor_hook(_install_host_hook)

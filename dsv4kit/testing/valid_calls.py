@@ -20,7 +20,7 @@ from dsv4kit.kernels.indexer_q.cases import make_case as iq_case
 from dsv4kit.kernels.rowquant.cases import regime
 from dsv4kit.kernels.save_partial_states.cases import make_case as k4_case
 
-__all__ = ["VALID", "bound", "twin", "valid_call"]
+__all__ = ["SIZED", "VALID", "bound", "sized_call", "twin", "valid_call"]
 
 
 def bound(spec: FamilySpec, args: tuple) -> dict[str, Any]:
@@ -46,6 +46,32 @@ VALID: dict[str, Callable[[FamilySpec], dict[str, Any]]] = {
     "store_rows_plain": lambda spec: store_case(spec.name, 5, fp8_scale=0.5, seed=1).fresh().args,
     "store_rows_indexer": lambda spec: store_case(spec.name, 5, seed=1).fresh().args,
 }
+
+
+#: A valid call of each op whose token count (or request length) grows with ``n >= 1``: the serving
+#: regimes of the host-overhead benchmark and the randomized plan test draw shapes from these.
+SIZED: dict[str, Callable[[FamilySpec, int], dict[str, Any]]] = {
+    "save_partial_states": lambda spec, n: k4_case((256, 4, 4), n, seed=n).kwargs(),
+    "indexer_q": lambda spec, n: bound(spec, iq_case(n, seed=n).args()),
+    "dequant_gather": lambda spec, n: bound(spec, k3_case([8 + n, 3], [4, 3], block_size=16, seed=n).args()),
+    "rowquant": lambda spec, n: {"x": regime("normal", n, 256, seed=n)},
+    "c4_compress_ds_mla": lambda spec, n: c4_case(spec.name, lens=(n,), seed=n).fresh().args,
+    "c4_compress_plain": lambda spec, n: c4_case(spec.name, lens=(n,), fp8_scale=0.5, seed=n).fresh().args,
+    "indexer_compress": lambda spec, n: c4_case(spec.name, lens=(n,), seed=n).fresh().args,
+    "c128_compress": lambda spec, n: make_k7_case(lens=(n,), starts=(126,), seed=n).fresh().args,
+    "c128_norm_rope_store_ds_mla": lambda spec, n: make_k8_case(spec.name, t=n + 1, boundaries=1,
+                                                                seed=n).fresh().args,
+    "c128_norm_rope_store_plain": lambda spec, n: make_k8_case(spec.name, t=n + 1, boundaries=1,
+                                                               fp8_scale=0.5, seed=n).fresh().args,
+    "store_rows_ds": lambda spec, n: store_case(spec.name, n, seed=n).fresh().args,
+    "store_rows_plain": lambda spec, n: store_case(spec.name, n, fp8_scale=0.5, seed=n).fresh().args,
+    "store_rows_indexer": lambda spec, n: store_case(spec.name, n, seed=n).fresh().args,
+}
+
+
+def sized_call(spec: FamilySpec, n: int) -> dict[str, Any]:
+    """A valid call of ``spec`` at size ``n`` (see :data:`SIZED`): fresh tensors on every call."""
+    return SIZED[spec.name](spec, n)
 
 
 def valid_call(spec: FamilySpec, *, with_defaults: bool = False) -> dict[str, Any]:

@@ -87,7 +87,8 @@ def test_use_platform_nests_and_restores():
 @no_gpu
 def test_op_asked_for_a_gpu_run_without_cuda():
     x = torch.zeros(2, 128, dtype=torch.bfloat16)
-    with pytest.raises(KernelInputError, match="rowquant: x: expected a cuda tensor"):   # names the tensor
+    # names the option to change, the tensor, and how to compile CuTeDSL without a GPU
+    with pytest.raises(KernelInputError, match="rowquant: backend: expected .*--device cuda.* x on cpu"):
         rowquant(x, backend="cutedsl")
     with pytest.raises(KernelInputError, match="rowquant: device: expected a CUDA device"):
         SPEC.kernel(device="cuda")

@@ -13,6 +13,11 @@ alignment), nothing else; a per-token array one short: a named error, nothing wr
 (every per-token array emptied): returns, empty outputs, nothing written; out-of-range slots,
 block-table entries, requests and positions with ``debug_checks=True``: a named error, cache
 untouched; bools, None, objects and complex numbers for scalars, unknown choices: named errors.
+
+The error cases run twice (``path``): ``cold``, the op's first call; and ``warm``, after the
+serving fast path has planned the op at two other shapes (value checks off, the fast path's
+condition): a call that differs from the planned ones must still get its named error, from the
+checks every call runs.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import torch
 from dsv4kit.errors import KernelInputError
 from dsv4kit.family import FamilySpec
 from dsv4kit.kernels import families
-from dsv4kit.testing.valid_calls import VALID
+from dsv4kit.testing.valid_calls import VALID, sized_call
 
 OTHER_DTYPE = {torch.float32: torch.float64, torch.bfloat16: torch.float16, torch.int64: torch.int32,
                torch.int32: torch.int64, torch.uint8: torch.int8, torch.float8_e4m3fn: torch.float8_e5m2}
@@ -58,14 +63,43 @@ def _mutations(spec: FamilySpec, valid: dict) -> list[tuple[str, str, object]]:
 
 CASES = [(spec, *m) for spec in families() for m in _mutations(spec, VALID[spec.name](spec))]
 
+_WARMED: set[str] = set()
+
+
+def _warm_fast_path(spec: FamilySpec) -> None:
+    """Plan ``spec``'s op at two shapes other than the valid call's (once per process), and check
+    that the fast path is hot: a hot op launch, served without the checked path."""
+    if spec.name not in _WARMED:
+        for n in (1, 2):
+            spec.op(**sized_call(spec, n), debug_checks=False)
+        _WARMED.add(spec.name)
+    assert spec._launches.hot, f"{spec.op_name}: the fast path did not warm"
+
+
+@pytest.fixture(params=["cold", "warm"])
+def path(request: pytest.FixtureRequest) -> str:
+    """``cold``: the op as first called; ``warm``: after the fast path planned other shapes."""
+    return request.param
+
+
+def _options(spec: FamilySpec, path: str) -> dict:
+    """The call options of ``path`` (warming the fast path for ``warm``)."""
+    if path == "cold":
+        return {}
+    _warm_fast_path(spec)
+    return {"debug_checks": False}
+
 
 @pytest.mark.parametrize("spec, arg, kind, bad", CASES,
                          ids=[f"{s.name}-{a}-{k}" for s, a, k, _ in CASES])
-def test_bad_input_is_a_named_kernel_input_error(spec: FamilySpec, arg: str, kind: str, bad: object) -> None:
+def test_bad_input_is_a_named_kernel_input_error(spec: FamilySpec, arg: str, kind: str, bad: object,
+                                                 path: str) -> None:
+    options = _options(spec, path)
     valid = VALID[spec.name](spec)
     before = {k: v.clone() for k, v in valid.items() if isinstance(v, torch.Tensor)}
     with pytest.raises(KernelInputError) as exc:
-        spec.op(**{**valid, arg: bad})
+        spec.op(**{**valid, arg: bad}, **options)
+    assert str(exc.value).startswith(f"{spec.op_name}: "), str(exc.value)  # the op, not a kernel class
     assert f": {arg}: expected" in str(exc.value) or f": {arg} " in str(exc.value), str(exc.value)
     for k, t in before.items():                                    # nothing was written
         assert torch.equal(valid[k].view(torch.uint8), t.view(torch.uint8)), k
@@ -198,18 +232,20 @@ def _error_or_return(spec: FamilySpec, call: dict) -> None:
 
 
 @pytest.mark.parametrize("spec, arg, dim", DIM_CASES, ids=[f"{s.name}-{a}-dim{d}" for s, a, d in DIM_CASES])
-def test_each_dim_one_longer_is_an_error_or_a_call(spec: FamilySpec, arg: str, dim: int) -> None:
+def test_each_dim_one_longer_is_an_error_or_a_call(spec: FamilySpec, arg: str, dim: int, path: str) -> None:
+    options = _options(spec, path)
     valid = VALID[spec.name](spec)
-    _error_or_return(spec, {**valid, arg: _grow(valid[arg], dim)})
+    _error_or_return(spec, {**valid, arg: _grow(valid[arg], dim), **options})
 
 
 ALIGN_CASES = [(spec, n) for spec in families() for n, t in _tensor_args(spec) if t.numel()]
 
 
 @pytest.mark.parametrize("spec, arg", ALIGN_CASES, ids=[f"{s.name}-{a}" for s, a in ALIGN_CASES])
-def test_a_misaligned_view_is_an_error_or_a_call(spec: FamilySpec, arg: str) -> None:
+def test_a_misaligned_view_is_an_error_or_a_call(spec: FamilySpec, arg: str, path: str) -> None:
+    options = _options(spec, path)
     valid = VALID[spec.name](spec)
-    _error_or_return(spec, {**valid, arg: _offset_view(valid[arg])})
+    _error_or_return(spec, {**valid, arg: _offset_view(valid[arg]), **options})
 
 
 #: The argument whose length is T (the others must be at least / exactly as long).
@@ -220,13 +256,14 @@ LEN_CASES = [(spec, n) for spec in families() for n in PER_TOKEN[spec.name]
 
 
 @pytest.mark.parametrize("spec, arg", LEN_CASES, ids=[f"{s.name}-{a}" for s, a in LEN_CASES])
-def test_a_per_token_array_one_short_is_an_error(spec: FamilySpec, arg: str) -> None:
+def test_a_per_token_array_one_short_is_an_error(spec: FamilySpec, arg: str, path: str) -> None:
+    options = _options(spec, path)
     valid = VALID[spec.name](spec)
     before = {k: v.clone() for k, v in valid.items() if isinstance(v, torch.Tensor)}
     with pytest.raises(KernelInputError) as exc:
         t_arg = T_ARG.get(spec.name)
         t = valid[t_arg].shape[0] if t_arg else valid[arg].shape[0]
-        spec.op(**{**valid, arg: valid[arg][: t - 1]})
+        spec.op(**{**valid, arg: valid[arg][: t - 1]}, **options)
     assert _names_some_argument(spec, str(exc.value)), str(exc.value)
     for k, t in before.items():
         assert torch.equal(valid[k].view(torch.uint8), t.view(torch.uint8)), k
@@ -282,8 +319,9 @@ SCALAR_CASES = [(spec, *m) for spec in families() for m in _scalar_mutations(spe
 
 @pytest.mark.parametrize("spec, arg, kind, bad", SCALAR_CASES,
                          ids=[f"{s.name}-{a}-{k}" for s, a, k, _ in SCALAR_CASES])
-def test_a_bad_scalar_is_a_named_error(spec: FamilySpec, arg: str, kind: str, bad: object) -> None:
+def test_a_bad_scalar_is_a_named_error(spec: FamilySpec, arg: str, kind: str, bad: object, path: str) -> None:
+    options = _options(spec, path)
     valid = VALID[spec.name](spec)
     with pytest.raises(KernelInputError) as exc:
-        spec.op(**{**valid, arg: bad})
+        spec.op(**{**valid, arg: bad}, **options)
     assert f": {arg}: expected" in str(exc.value) or f": {arg} " in str(exc.value), str(exc.value)

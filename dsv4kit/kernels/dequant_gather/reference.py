@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from dsv4kit.errors import input_error
-from dsv4kit.family.schema import Arg, check_args
+from dsv4kit.family.schema import Arg, as_int, check_args
 from dsv4kit.formats.bits import bf16_round, bytes_to_bf16, e4m3_decode, ue8m0_decode
 from dsv4kit.formats.checks import (
     check_contiguous,
@@ -55,6 +55,7 @@ def check_dequant_gather_inputs(
     debug_checks: bool = True,
 ) -> int:
     """K3 "Edge cases & bad inputs" checks (plus the debug checks); returns ``nreq``."""
+    block_size, offset = as_int(block_size), as_int(offset)  # numpy ints are ints here
     check_args(kernel, ARGS, {"out": out, "k_cache": k_cache, "seq_lens": seq_lens,
                               "gather_lens": gather_lens, "block_table": block_table,
                               "block_size": block_size, "offset": offset})

@@ -17,6 +17,7 @@ import torch
 
 from dsv4kit.errors import input_error
 from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, Variant
+from dsv4kit.family.schema import as_int
 from dsv4kit.formats.cache_dtypes import normalize_cache_dtype
 from dsv4kit.formats.checks import check_values_in_range
 from dsv4kit.formats.ds_mla import DS_ENTRY_BYTES
@@ -176,6 +177,7 @@ class DequantGatherBase(JitKernel["DequantGatherBase.CompileKey"]):
         Metadata checks always run (host only); with ``debug_checks`` the value checks of spec
         K3 run too (device reads). Nothing is launched before every check passed.
         """
+        block_size, offset = as_int(block_size), as_int(offset)  # a numpy int is an int (and launches as one)
         nreq = check_dequant_gather_inputs(
             out, k_cache, seq_lens, gather_lens, block_table, block_size, offset, debug_checks=False
         )

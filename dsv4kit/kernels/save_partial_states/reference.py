@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from dsv4kit.errors import input_error
-from dsv4kit.family.schema import Arg, check_args
+from dsv4kit.family.schema import Arg, as_int, check_args
 from dsv4kit.formats.checks import (
     check_dtype,
     check_ndim,
@@ -67,6 +67,8 @@ def check_save_partial_states_inputs(
     debug_checks: bool = True,
 ) -> int:
     """K4 "Edge cases & bad inputs" checks; returns T (= ``len(slot_mapping)``)."""
+    state_block_size, state_width, compress_ratio = (  # numpy ints are ints here
+        as_int(state_block_size), as_int(state_width), as_int(compress_ratio))
     check_args(kernel, ARGS, {"kv": kv, "score": score, "ape": ape, "positions": positions,
                               "state_cache": state_cache, "slot_mapping": slot_mapping,
                               "state_block_size": state_block_size, "state_width": state_width,

@@ -16,6 +16,7 @@ import torch
 
 from dsv4kit.errors import input_error
 from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, Variant
+from dsv4kit.family.schema import as_int
 from dsv4kit.jit import Immediate, JitKernel, kernel_launcher, zip_inputs
 from dsv4kit.jit.launch_plans import Address
 from dsv4kit.kernels.save_partial_states.reference import (
@@ -103,6 +104,8 @@ class SavePartialStatesBase(JitKernel["SavePartialStatesBase.CompileKey"]):
         also reads slots and positions back: slots unique and in range, positions >= 0.
         """
         debug = (not self.platform.is_cuda) if debug_checks is None else debug_checks
+        state_block_size, state_width, compress_ratio = (  # numpy ints are ints (and key fields as ints)
+            as_int(state_block_size), as_int(state_width), as_int(compress_ratio))
         t = check_save_partial_states_inputs(kv, score, ape, positions, state_cache, slot_mapping,
                                              state_block_size, state_width, compress_ratio,
                                              kernel=self.name, debug_checks=False)

@@ -1,0 +1,147 @@
+"""The serving path (issue 36): calls whose sizes change every step, on the CPU.
+
+* Randomized: for random sequences of shapes (repeats included), the planned path's outputs and
+  writes equal the full checked path's, byte for byte.
+* Nothing is generated per call: after warmup, calls of shapes never seen before generate no
+  Python code (``JitMonitor("error")`` counts host code like a kernel compile); the monitor does see code
+  generated under an op call (the check can fail). The launched serving replay is in
+  ``tests/model/test_serving_replay.py``.
+* The messages a user meets: an error raised below the op names the op; numpy integers are ints;
+  ``backend="cutedsl"`` with CPU tensors names ``backend``.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from dsv4kit.errors import KernelInputError
+from dsv4kit.family import FamilySpec
+from dsv4kit.jit import JitMonitor, launch_plans
+from dsv4kit.jit.monitor import HostCodegenError
+from dsv4kit.kernels import families
+from dsv4kit.testing.valid_calls import sized_call
+
+SPECS = {s.name: s for s in families()}
+#: One op per argument shape family: outputs allocated (rowquant, K1/K2), a gather into ``out``
+#: (K3), cache writers (store hooks, K4), the compressor (K5).
+RANDOMIZED = ("rowquant", "indexer_q", "dequant_gather", "store_rows_ds", "save_partial_states",
+              "c4_compress_ds_mla")
+
+
+def _bytes(value: object) -> list[bytes]:
+    """Every tensor in ``value`` (a tensor or a tuple of them) as raw bytes."""
+    items = value if isinstance(value, tuple) else (value,)
+    return [t.contiguous().view(torch.uint8).numpy().tobytes() for t in items if isinstance(t, torch.Tensor)]
+
+
+def _run(spec: FamilySpec, n: int, plans: bool) -> list[bytes]:
+    """The op at size ``n`` (a fresh, seeded call): what it returns and every tensor it was given,
+    after the call (the caches it writes in place)."""
+    call = sized_call(spec, n)
+    before = launch_plans.set_enabled(plans)
+    try:
+        out = spec.op(**call, debug_checks=False)
+    finally:
+        launch_plans.set_enabled(before)
+    return _bytes(out) + [b for v in call.values() for b in _bytes(v)]
+
+
+@pytest.mark.parametrize("name", RANDOMIZED)
+def test_planned_calls_equal_the_full_path_over_random_shapes(name: str) -> None:
+    spec = SPECS[name]
+    rng = random.Random(f"serving-{name}")
+    sizes = [rng.choice((1, 2, 3, 5, 8)) for _ in range(7)]   # repeats: hot guards, lookups and new plans
+    launches_before = len(spec._launches)
+    for n in sizes:
+        assert _run(spec, n, plans=True) == _run(spec, n, plans=False), n
+    assert len(spec._launches) > launches_before   # the planned path was taken, not only the full one
+
+
+@pytest.mark.parametrize("name", ("rowquant", "dequant_gather"))
+def test_new_shapes_after_warmup_generate_no_host_code(name: str) -> None:
+    spec = SPECS[name]
+    for n in (1, 2):                                   # warm the keys and the fast path
+        spec.op(**sized_call(spec, n), debug_checks=False)
+    calls = [sized_call(spec, n) for n in (3, 4, 6, 7)]  # shapes not seen before, keys warm
+    with JitMonitor("error") as mon:
+        for call in calls:
+            spec.op(**call, debug_checks=False)
+            spec.op(**call, debug_checks=False)       # seen once: planned at both layers
+    assert mon.events == []
+
+
+def test_code_generated_under_an_op_call_is_a_host_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = SPECS["rowquant"]
+    kernel = spec.kernel()
+    real = type(kernel).launch_args
+
+    def generating(self, *args):  # a launcher that builds code per call: what must never ship
+        exec("pass", {})  # noqa: S102
+        return real(self, *args)
+
+    monkeypatch.setattr(type(kernel), "launch_args", generating)
+    call = sized_call(spec, 9)
+    with JitMonitor("error") as mon, pytest.raises(HostCodegenError, match="host: Python code generated"):
+        spec.op(**call, debug_checks=False)
+    assert [e.kernel for e in mon.events] == ["host"]
+    exec("pass", {})  # noqa: S102 - outside an op call: not reported
+    with JitMonitor("warn") as quiet:
+        exec("pass", {})  # noqa: S102
+    assert quiet.events == []
+
+
+def test_an_error_below_the_op_names_the_op() -> None:
+    spec = SPECS["store_rows_ds"]
+    call = sized_call(spec, 4)
+    short = {**call, "kv_slot_mapping": call["kv_slot_mapping"][:2]}   # checked by the kernel, not the table
+    for _ in range(2):                                   # cold, then with the op planned
+        with pytest.raises(KernelInputError) as exc:
+            spec.op(**short, debug_checks=False)
+        assert str(exc.value).startswith("store_rows_ds: kv_slot_mapping: expected"), str(exc.value)
+        assert exc.value.kernel == "StoreRowsDsTriton"
+        spec.op(**call, debug_checks=False)
+
+
+@pytest.mark.parametrize("name", ("dequant_gather", "save_partial_states"))
+def test_numpy_integers_are_ints(name: str) -> None:
+    spec = SPECS[name]
+    ints = [k for k, v in sized_call(spec, 2).items() if type(v) is int]
+    assert ints
+
+    def written(fn, numpy: bool) -> list[bytes]:  # what the call returns and writes, from a fresh call
+        call = {k: (np.int64(v) if numpy and k in ints else v) for k, v in sized_call(spec, 2).items()}
+        return _bytes(fn(**call, debug_checks=False)) + [b for v in call.values() for b in _bytes(v)]
+
+    want = written(spec.op, numpy=False)
+    assert written(spec.op, numpy=True) == want
+    assert written(spec.kernel(), numpy=True) == want
+
+
+def test_cutedsl_with_cpu_tensors_names_backend() -> None:
+    spec = SPECS["rowquant"]
+    with pytest.raises(KernelInputError, match=r"^rowquant: backend: expected .*warmup --device cuda"):
+        spec.op(**sized_call(spec, 2), backend="cutedsl")
+
+
+def test_a_signature_is_planned_on_its_second_call() -> None:
+    spec = SPECS["rowquant"]
+    kernel = spec.kernel()
+    call = sized_call(spec, 11)
+    spec.op(**call, debug_checks=False)
+    planned = len(launch_plans.plans_of(kernel))
+    spec.op(**call, debug_checks=False)                     # the second call plans both layers
+    assert len(launch_plans.plans_of(kernel)) == planned + 1
+    hot = spec._launches.hot[0][1]
+    assert hot((), {**call, "debug_checks": False}) is not None   # the third call takes the hot guard
+    before = launch_plans.set_plan_after(1)
+    try:
+        spec.op(**sized_call(spec, 12), debug_checks=False)  # planned on sight
+        assert len(launch_plans.plans_of(kernel)) == planned + 2
+    finally:
+        launch_plans.set_plan_after(before)
+    with pytest.raises(ValueError, match="calls: expected an int >= 1"):
+        launch_plans.set_plan_after(0)
