@@ -326,9 +326,16 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for backend in backends:
             if args.only != "paths":
-                r = regimes(spec, backend, device, args.executor, args.calls, args.repeats, args.debug_checks)
-                print(f"{r['op']:<32} {backend:<8} fixed {r['fixed us']:7.1f}  cycle {r['cycle us']:7.1f}  "
-                      f"new shape {r['new shape us']:7.1f} (p90 {r['new shape p90 us']:7.1f}) us", flush=True)
+                try:
+                    r = regimes(spec, backend, device, args.executor, args.calls, args.repeats,
+                                args.debug_checks)
+                except Exception as exc:  # recorded: one op's failure must not lose the others
+                    r = {"op": spec.op_name, "backend": backend, "error": f"{type(exc).__name__}: {exc}"}
+                    print(f"{spec.op_name:<32} {backend:<8} FAILED {r['error']}", flush=True)
+                else:
+                    print(f"{r['op']:<32} {backend:<8} fixed {r['fixed us']:7.1f}  cycle "
+                          f"{r['cycle us']:7.1f}  new shape {r['new shape us']:7.1f} "
+                          f"(p90 {r['new shape p90 us']:7.1f}) us", flush=True)
                 regime_rows.append(r)
             if args.only == "regimes":
                 continue
@@ -338,9 +345,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['op planned us']:7.1f}  kernel full {row['kernel full us']:7.1f} planned "
                   f"{row['kernel planned us']:7.1f} us", flush=True)
             rows.append(row)
-    floor = floors(args.calls, args.repeats) if device == "cuda" else {}
+    try:
+        floor = floors(args.calls, args.repeats) if device == "cuda" else {}
+    except Exception as exc:  # recorded with the rows already measured
+        floor = {"error": f"{type(exc).__name__}: {exc}"}
     for name, us in floor.items():
-        print(f"floor: {name} {us:.2f}")
+        print(f"floor: {name} {us}")
     out = Path(args.out)
     write_json(out / "host_overhead.json", {
         "empty_launch_us": floor.get("JITFunction.run (empty kernel) us"),

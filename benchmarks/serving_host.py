@@ -35,14 +35,16 @@ import torch  # noqa: E402
 
 from dsv4kit.bench import provenance, write_json  # noqa: E402
 from dsv4kit.jit import JitMonitor, WarmupRegistry  # noqa: E402
+from dsv4kit.jit.store import ArtifactStore  # noqa: E402
 from dsv4kit.model.presets import DSV4_FLASH  # noqa: E402
 from dsv4kit.model.stack import DSv4AttentionStack  # noqa: E402
 from dsv4kit.model.trace import make_trace  # noqa: E402
 from dsv4kit.platform import detect_platform, use_platform  # noqa: E402
 
 
-def _stack(backend: str, smoke: bool, max_model_len: int) -> DSv4AttentionStack:
-    """The warmed Flash stack (a 4-layer one for ``smoke``) with ``backend`` forced."""
+def _stack(backend: str, smoke: bool, max_model_len: int, cache_dir: str | None) -> DSv4AttentionStack:
+    """The warmed Flash stack (a 4-layer one for ``smoke``) with ``backend`` forced; its keys
+    loaded from the artifact store at ``cache_dir`` where stored there."""
     preset, settings = DSV4_FLASH, {"max_model_len": max_model_len}
     if smoke:
         rope = dataclasses.replace(DSV4_FLASH.compress_rope, max_pos=4096)
@@ -52,7 +54,8 @@ def _stack(backend: str, smoke: bool, max_model_len: int) -> DSv4AttentionStack:
     registry = WarmupRegistry()
     with registry.activate():
         stack = DSv4AttentionStack(preset, detect_platform(), backend=backend, **settings)
-    report = registry.warmup(progress=False, raise_on_failure=True)
+    store = ArtifactStore(cache_dir) if cache_dir else None
+    report = registry.warmup(progress=False, raise_on_failure=True, store=store)
     assert report.ok
     return stack
 
@@ -101,8 +104,9 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def run(backend: str, steps: int, seed: int, smoke: bool, max_model_len: int) -> dict[str, Any]:
-    stack = _stack(backend, smoke, max_model_len)
+def run(backend: str, steps: int, seed: int, smoke: bool, max_model_len: int,
+        cache_dir: str | None = None) -> dict[str, Any]:
+    stack = _stack(backend, smoke, max_model_len, cache_dir)
     device = torch.device(stack.device)
     cuda = device.type == "cuda"
     trace = make_trace("all", stack, steps=steps, seed=seed)
@@ -126,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backends", default="triton,cutedsl")
     p.add_argument("--max-model-len", type=int, default=32768,
                    help="bounds the contexts (and the K3 workspace of a prefill step)")
+    p.add_argument("--cache-dir", default=None, help="an artifact store to warm from (others compile)")
     p.add_argument("--cpu-smoke", action="store_true", help="a 4-layer model under the Triton interpreter")
     args = p.parse_args(argv)
     if not torch.cuda.is_available() and not args.cpu_smoke:
@@ -134,9 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     backends = ["triton"] if args.cpu_smoke else [b for b in args.backends.split(",") if b]
     results = []
     for backend in backends:
-        r = run(backend, args.steps, args.seed, args.cpu_smoke, args.max_model_len)
-        for name in ("first pass", "second pass"):
-            print(f"{backend:<8} {name:<12} {r[name]['summary']}", flush=True)
+        try:
+            r = run(backend, args.steps, args.seed, args.cpu_smoke, args.max_model_len, args.cache_dir)
+        except Exception as exc:  # recorded: the other backend still runs
+            r = {"backend": backend, "error": f"{type(exc).__name__}: {exc}", "compiles after warmup": None}
+            print(f"{backend:<8} FAILED {r['error']}", flush=True)
+        else:
+            for name in ("first pass", "second pass"):
+                print(f"{backend:<8} {name:<12} {r[name]['summary']}", flush=True)
         results.append(r)
     write_json(Path(args.out) / "serving_host.json", {
         "provenance": provenance({"script": "serving_host", "steps": args.steps, "seed": args.seed,
