@@ -48,7 +48,15 @@ import torch  # noqa: E402
 
 import dsv4kit.ops  # noqa: E402, F401  (defines the torch ops)
 from dsv4kit.bench import provenance  # noqa: E402
-from dsv4kit.kernels import family  # noqa: E402
+from dsv4kit.model.compiled_step import (  # noqa: E402
+    AttentionStep,
+    Snapshot,
+    clone_results,
+    run_checked,
+    same_bytes,
+    step_calls,
+    tensors,
+)
 from dsv4kit.model.pipeline import Pipeline  # noqa: E402
 from dsv4kit.model.trace import SeqChunk, Step  # noqa: E402
 
@@ -64,28 +72,6 @@ def log(msg: str) -> None:
 
 
 # --------------------------------------------------------------------------- the step
-
-
-class AttentionStep:
-    """One serving step's op calls on every layer, in call order: ``step(args)`` runs call ``i`` with
-    ``args[i]`` through the public ops and returns their results (what the layers would consume)."""
-
-    def __init__(self, ops: Sequence[Callable[..., Any]], backend: str | None = None) -> None:
-        self.ops = tuple(ops)
-        self.backend = backend
-
-    def __call__(self, args: list[dict[str, Any]]) -> list[Any]:
-        calls = zip(self.ops, args, strict=True)
-        return [op(**a, backend=self.backend, debug_checks=False) for op, a in calls]
-
-
-def step_calls(pipe: Pipeline, step: Step) -> tuple[AttentionStep, list[dict[str, Any]]]:
-    """Run ``step`` eagerly on ``pipe`` (admitting its sequences, binding real tensors) and return the
-    step as an :class:`AttentionStep` of the stack's backend with its calls' arguments."""
-    pipe.step(step)
-    records = [r for li in sorted(pipe.last) for r in pipe.last[li]]
-    ops = [family(r.family).op for r in records]
-    return AttentionStep(ops, pipe.stack.backend), [dict(r.args) for r in records]
 
 
 def decode_step(index: int, size: int, lengths: dict[int, int]) -> Step:
@@ -105,62 +91,6 @@ def mark_dynamic(args: list[dict[str, Any]]) -> None:
         for name, v in a.items():
             if isinstance(v, torch.Tensor) and v.dim() and not name.endswith("cache"):
                 torch._dynamo.maybe_mark_dynamic(v, 0)
-
-
-def tensors(args: list[dict[str, Any]]) -> list[torch.Tensor]:
-    """Every distinct tensor argument of a step (by object)."""
-    seen: dict[int, torch.Tensor] = {}
-    for a in args:
-        for v in a.values():
-            if isinstance(v, torch.Tensor):
-                seen.setdefault(id(v), v)
-    return list(seen.values())
-
-
-class Snapshot:
-    """The bytes of a step's tensors: restore them before a run, compare them after."""
-
-    def __init__(self, ts: list[torch.Tensor]) -> None:
-        self.ts = ts
-        self.saved = [t.clone() for t in ts]
-
-    def restore(self) -> None:
-        for t, s in zip(self.ts, self.saved, strict=True):
-            t.copy_(s)
-
-    def same_as_now(self) -> bool:
-        return all(_same(s, t) for s, t in zip(self.saved, self.ts, strict=True))
-
-
-def _bytes(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().contiguous().reshape(-1).view(torch.uint8)
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Byte equality of results (tensors, tuples, lists, None)."""
-    if isinstance(a, torch.Tensor):
-        return (isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
-                and torch.equal(_bytes(a), _bytes(b)))
-    if isinstance(a, tuple | list):
-        return isinstance(b, tuple | list) and len(a) == len(b) and all(map(_same, a, b))
-    return a is None and b is None
-
-
-def _clone(x: Any) -> Any:
-    if isinstance(x, torch.Tensor):
-        return x.clone()
-    if isinstance(x, tuple | list):
-        return [_clone(v) for v in x]
-    return x
-
-
-def run_checked(fn: Callable[[], Any], snap: Snapshot, want: tuple[Any, Snapshot]) -> bool:
-    """Restore the step's inputs, run ``fn``, and compare results and bytes with the eager run."""
-    snap.restore()
-    got = _clone(fn())
-    _sync()
-    results, after = want
-    return _same(results, got) and after.same_as_now()
 
 
 def _sync() -> None:
@@ -250,7 +180,7 @@ def run_backend(backend: str, sizes: Sequence[int], iters: int, smoke: bool,
                 st["families"] = sorted({op.__name__ for op in step.ops})
                 snap = Snapshot(tensors(args))
                 with pipe.monitor:
-                    results = _clone(step(args))
+                    results = clone_results(step(args))
                     _sync()
                     want = (results, Snapshot(snap.ts))
                     st["us"] = median_us(functools.partial(step, args), iters)
@@ -299,7 +229,7 @@ def _cuda_graph(step: AttentionStep, args: list[dict[str, Any]], snap: Snapshot,
     graph.replay()
     _sync()
     results, after = want
-    equal = _same(results, _clone(captured)) and after.same_as_now()
+    equal = same_bytes(results, clone_results(captured)) and after.same_as_now()
     return equal, median_us(graph.replay, iters)
 
 
