@@ -20,7 +20,7 @@ from test_call_plans import _outcome
 from dsv4kit.errors import UnwarmedKeyError
 from dsv4kit.family import FamilySpec
 from dsv4kit.jit import JitMonitor, launch_plans
-from dsv4kit.jit.launch_plans import LaunchPlan, launch_signature, plans_of, set_plan_after
+from dsv4kit.jit.launch_plans import LaunchPlan, launch_signature, plans_of
 from dsv4kit.kernels import families
 from dsv4kit.testing.valid_calls import twin, valid_call
 
@@ -28,13 +28,7 @@ SPECS = {spec.name: spec for spec in families()}
 OFF = {"debug_checks": False, "backend": "triton"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _plan_on_sight():
-    """These tests are about the plans themselves: every signature planned on its first call (the
-    default, a plan on the second call, is tested in test_serving_path.py)."""
-    before = set_plan_after(1)
-    yield
-    set_plan_after(before)
+pytestmark = pytest.mark.usefixtures("plan_on_sight")  # these tests are about the plans themselves
 
 
 def _kernels(spec: FamilySpec) -> list[Any]:
