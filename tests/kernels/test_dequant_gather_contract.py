@@ -84,7 +84,7 @@ def test_backend_gating() -> None:
     assert SPEC.kernel(platform=gpu).backend == "cutedsl"
     assert SPEC.kernel(platform=gpu, backend="triton").backend == "triton"
     assert SPEC.kernel(platform=replace(gpu, cutedsl=False)).backend == "triton"
-    with pytest.raises(KernelInputError, match="dequantize_and_gather_k_cache: out: expected a cuda tensor"):
+    with pytest.raises(KernelInputError, match="dequantize_and_gather_k_cache: backend: .*with out"):
         dequantize_and_gather_k_cache(*make_case([3]).args(), backend="cutedsl", platform=cpu)
 
 

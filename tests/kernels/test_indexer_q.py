@@ -256,7 +256,7 @@ def test_positions_out_of_range_with_debug_checks():
 
 def test_cuda_backend_refuses_cpu_tensors():
     with pytest.raises(KernelInputError,
-                       match=r"indexer_q_rope_quant: positions: expected a cuda tensor \(CuTeDSL kernels"):
+                       match=r"indexer_q_rope_quant: backend: .*run only on a GPU.* positions on cpu"):
         indexer_q_rope_quant(**_bad(), backend="cutedsl")
 
 
