@@ -15,13 +15,13 @@ a configuration that already forces one runs only that one) the script
    ``max_num_seqs`` 4 by default, so the page, state and indexer pools of two pipelines fit), and
    a :class:`~dsv4kit.model.pipeline.Pipeline` of it (which forgets nothing: it warms the stack's
    registry, the warmup report is recorded) plus the reference pipeline of the same seed;
-2. runs a seeded :func:`~dsv4kit.model.pipeline.request_trace` (a fresh prompt past the
+2. runs a seeded :func:`~dsv4kit.model.requests.request_trace` (a fresh prompt past the
    coarsen switch at 512 tokens, requests adopted mid-serving at contexts that put C128
    boundaries in their chunks, a late arrival; chunked prefill, then decode steps padded to
    CUDA-graph sizes) with the JIT monitor in ``error`` mode, inside Triton's and CuTeDSL's own
    compile counters (expected: zero compiles after warmup);
 3. compares the kernel pipeline against the reference pipeline after every step
-   (:func:`~dsv4kit.model.pipeline.compare`: state caches, window cache, K1/K2 outputs and K3
+   (:func:`~dsv4kit.model.judge.compare`: state caches, window cache, K1/K2 outputs and K3
    workspaces bit-exact; compressed caches by the compressor rule; K7 rows by the FP32 rule).
 
 Each (configuration, backend) runs in its own process (``--only NAME --backend B``), so a device
@@ -85,7 +85,7 @@ def smoke_preset() -> Any:
 def requests(smoke: bool, max_model_len: int) -> tuple[Any, ...]:
     """The serving requests: a fresh prompt past the coarsen switch (512 tokens), two requests adopted
     at contexts whose chunks cross C128 boundaries, a late short one. Smoke: a few tokens each."""
-    from dsv4kit.model.pipeline import Request
+    from dsv4kit.model.requests import Request
 
     if smoke:
         return (Request(6, 1), Request(5, 2, context=124))
@@ -108,7 +108,9 @@ def run_one(name: str, backend: str, smoke: bool, max_model_len: int, max_num_se
     the trace against the reference pipeline."""
     from dsv4kit.backends.triton import count_triton_compiles
     from dsv4kit.jit import ArtifactStore
-    from dsv4kit.model.pipeline import Pipeline, compare, request_trace
+    from dsv4kit.model.judge import compare
+    from dsv4kit.model.pipeline import Pipeline
+    from dsv4kit.model.requests import request_trace
     from dsv4kit.model.stack import DSv4AttentionStack
     from dsv4kit.platform import cpu_platform, detect_platform
 

@@ -16,16 +16,10 @@ matplotlib.use("Agg")
 
 from dsv4kit.jit import KeyLedger  # noqa: E402
 from dsv4kit.model.drills import TRAPS, Caught, build  # noqa: E402
-from dsv4kit.model.pipeline import (  # noqa: E402
-    Pipeline,
-    PipelineReport,
-    Request,
-    StepComparison,
-    StepRecord,
-    TensorVerdict,
-    request_trace,
-)
+from dsv4kit.model.judge import StepComparison, TensorVerdict  # noqa: E402
+from dsv4kit.model.pipeline import Pipeline, PipelineReport, StepRecord  # noqa: E402
 from dsv4kit.model.presets import DSV4_FLASH  # noqa: E402
+from dsv4kit.model.requests import Request, request_trace  # noqa: E402
 from dsv4kit.model.stack import FAMILIES  # noqa: E402
 from dsv4kit.viz import pipeline as vp  # noqa: E402
 

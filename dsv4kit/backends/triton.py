@@ -49,22 +49,18 @@ on the GPU, ``kernel_fn[grid](...)`` looks kernels up through ``JITFunction.run`
 per-device cache, which only Triton's own compile path fills; a ``CompiledKernel`` made aside
 would never be found by a launch. The GPU half of this (restore, then ``kernel_fn.warmup`` hits)
 is written against triton 3.6's ``JITFunction.run`` but was not run on a GPU in this change.
+
+The parts live beside this module: the launch vocabulary in :mod:`~dsv4kit.backends.triton_params`,
+the interpreter in :mod:`~dsv4kit.backends.triton_interpreter`, the compile hooks in
+:mod:`~dsv4kit.backends.triton_hooks`, the store payloads in :mod:`~dsv4kit.backends.triton_store`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import functools
-import hashlib
-import json
-import os
-import threading
 import time
-import types
-import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -74,15 +70,44 @@ import triton
 from triton import knobs
 from triton._C.libtriton import get_cache_invalidating_env_vars
 from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource, make_backend
+from triton.compiler import ASTSource
 from triton.runtime import cache as triton_cache
-from triton.runtime.cache import FileCacheManager, get_cache_manager
+from triton.runtime.cache import get_cache_manager
 from triton.runtime.interpreter import InterpretedFunction
-from triton.runtime.jit import JITFunction, create_function_from_signature
+from triton.runtime.jit import JITFunction
 
-from dsv4kit.backends._common import CompileCounter, compiling, cubin_resources, in_warmup_compile
+from dsv4kit.backends._common import compiling, cubin_resources
+from dsv4kit.backends.triton_hooks import _LAUNCH, TritonCompileCounter, _report, count_triton_compiles
+from dsv4kit.backends.triton_interpreter import _INTERP_LOCK, _interpreted, _interpreting, _rewrite_ahead
+from dsv4kit.backends.triton_params import (
+    HW_CVT,
+    INT_CLASS_VALUES,
+    Const,
+    FakePointer,
+    FromKey,
+    IntClass,
+    Param,
+    Ptr,
+    Runtime,
+    TritonVariant,
+    _backend,
+    _binder,
+    _describe,
+    _run_kwargs,
+    int_class,
+)
+from dsv4kit.backends.triton_store import (
+    _COMPILE_IDS,
+    _RESOURCE_FIELDS,
+    TritonCompileId,
+    _cache_hits,
+    _served_from_cache,
+    restore_triton_group,
+    settle_cache_key,
+    triton_compile_id,
+)
 from dsv4kit.errors import ContractError, input_error
-from dsv4kit.jit import CompileArtifact, JitKernel, active_monitor, register_monitor_hook
+from dsv4kit.jit import CompileArtifact, JitKernel
 from dsv4kit.jit.launch_plans import Address
 from dsv4kit.jit.store import Entry, toolchain
 from dsv4kit.platform import Platform, arch_capability, current_platform
@@ -110,469 +135,6 @@ K = TypeVar("K")
 
 # Launch options every Triton launch of dsv4kit passes (spec §2.1 rule 1: no FMA contraction).
 FP_FUSION = False
-
-
-# --------------------------------------------------------------------------- parameter kinds
-
-
-@dataclass(frozen=True)
-class Ptr:
-    """A tensor argument of dtype ``dtype`` (a torch dtype, or a key field holding one or its name)."""
-
-    dtype: torch.dtype | str
-    aligned: bool = True
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """A per-call scalar Triton does not specialize on (int: ``do_not_specialize`` + annotation)."""
-
-
-@dataclass(frozen=True)
-class IntClass:
-    """A runtime int whose Triton specialization class is key field ``field``."""
-
-    field: str
-
-
-@dataclass(frozen=True)
-class FromKey:
-    """A value derived from the key: field name, or a function of the key."""
-
-    field: str | Callable[[Any], Any]
-
-
-#: The constexpr naming how a kernel rounds fp32 -> bf16 / e4m3: the GPU's casts (True, what every
-#: compile gets) or integer recipes giving the same bits (False: what every interpreted run gets).
-HW_CVT = "HW_CVT"
-
-
-@dataclass(frozen=True)
-class Const:
-    """A fixed value."""
-
-    value: Any
-
-
-Param = Ptr | Runtime | IntClass | FromKey | Const
-
-#: A representative value of each specialization class (what warmup passes).
-INT_CLASS_VALUES: dict[str, int] = {
-    "one": 1,
-    "div16": 16,
-    "other": 17,
-    "i64_div16": 2**32,
-    "i64_other": 2**32 + 1,
-}
-
-
-def int_class(value: int) -> str:
-    """Triton's specialization class of an int argument (triton 3.6).
-
-    ``== 1`` becomes a constexpr, ``% 16 == 0`` gets the divisibility attribute, and values
-    outside int32 are passed as i64. Values at or above 2**63 (u64) are not supported.
-    """
-    if not -(2**63) <= value < 2**63:
-        raise input_error("int_class", "value", "a value in [-2**63, 2**63)", value)
-    wide = not -(2**31) <= value < 2**31
-    if value == 1:
-        return "one"
-    cls = "div16" if value % 16 == 0 else "other"
-    return f"i64_{cls}" if wide else cls
-
-
-class FakePointer:
-    """A pointer argument without storage: Triton reads only ``dtype`` and ``data_ptr()``.
-
-    Address 0 is 16-byte aligned, which is the class a validated (aligned) tensor falls in.
-    """
-
-    def __init__(self, dtype: torch.dtype, aligned: bool = True) -> None:
-        self.dtype = dtype
-        self._addr = 0 if aligned else 8
-
-    def data_ptr(self) -> int:
-        return self._addr
-
-    def __repr__(self) -> str:
-        return f"FakePointer({self.dtype}, aligned={self._addr == 0})"
-
-
-@dataclass(frozen=True)
-class TritonVariant:
-    """What Triton compiles for one call: the dsv4kit key and Triton's specialization of it.
-
-    The monitor reports a specialization that differs from the warmed one with this type, so
-    its diagnosis shows the exact argument whose class changed.
-    """
-
-    key: Any
-    specialization: str
-
-
-# --------------------------------------------------------------------------- specialization
-
-
-@functools.cache
-def _backend(capability: int) -> Any:
-    return make_backend(GPUTarget("cuda", capability, 32))
-
-
-@functools.cache
-def _binder(fn: JITFunction, capability: int) -> Callable[..., Any]:
-    # Triton's own argument binder: it computes the specialization exactly as JITFunction.run.
-    return create_function_from_signature(fn.signature, fn.params, _backend(capability))
-
-
-def _run_kwargs(fn: JITFunction, options: Mapping[str, Any]) -> dict[str, Any]:
-    # JITFunction.run adds these two before binding; they are part of Triton's cache key.
-    kwargs = dict(options)
-    kwargs["debug"] = kwargs.get("debug", fn.debug) or knobs.runtime.debug
-    kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
-    return kwargs
-
-
-def _describe(fn: JITFunction, specialization: list[tuple[str, Any]], options: Mapping[str, Any]) -> str:
-    """Compact text of a specialization: ``x_ptr:*bf16:D n:i32 BLOCK=128 | num_warps=4 ...``."""
-    parts = []
-    for p, (ty, attr) in zip(fn.params, specialization, strict=True):
-        if ty == "constexpr":
-            parts.append(f"{p.name}={attr}")
-        else:
-            parts.append(f"{p.name}:{ty}" + (f":{attr}" if attr else ""))
-    opts = " ".join(f"{k}={v}" for k, v in options.items() if k not in ("debug", "instrumentation_mode"))
-    return " ".join(parts) + (f" | {opts}" if opts else "")
-
-
-def _describe_hook(fn: JITFunction, compile_info: Mapping[str, Any]) -> str:
-    """The same text, rebuilt from what Triton hands its compile hooks."""
-    signature = compile_info["signature"]
-    constants = {k[0] if isinstance(k, tuple) else k: v for k, v in compile_info["constants"].items()}
-    attrs = compile_info["configs"][0] if compile_info.get("configs") else {}
-    spec = []
-    for i, p in enumerate(fn.params):
-        ty = signature[p.name]
-        if ty == "constexpr":
-            v = constants.get(i, constants.get(p.name))
-            spec.append(("constexpr", getattr(v, "value", v)))
-        else:
-            a = attrs.get((i,), [])
-            spec.append((ty, "D" if any(x[0] == "tt.divisibility" for x in a) else ""))
-    opts = {"num_warps": compile_info["num_warps"], "enable_fp_fusion": compile_info["enable_fp_fusion"]}
-    return _describe(fn, spec, opts)
-
-
-# --------------------------------------------------------------------------- interpreter
-
-
-_INTERP_LOCK = threading.RLock()
-# Keyed by id: hashing a JITFunction computes its cache key, which walks its globals and
-# fails while the interpreter has triton.language patched (e.g. tl.max inside a helper).
-_INTERPRETED: dict[int, InterpretedFunction] = {}
-
-
-def _interpreted(fn: JITFunction) -> InterpretedFunction:
-    f = _INTERPRETED.get(id(fn))
-    if f is None:
-        f = _INTERPRETED[id(fn)] = InterpretedFunction(fn.fn, do_not_specialize=fn.do_not_specialize,
-                                                   do_not_specialize_on_alignment=fn.do_not_specialize_on_alignment)
-    return f
-
-
-def _rewrite_ahead(fn: JITFunction) -> None:
-    """Have the interpreter rewrite ``fn`` and every ``@triton.jit`` function it calls now (it
-    caches the rewrite per function, and would otherwise generate it on the first interpreted run,
-    after warmup: host code generated at runtime, which the monitor reports)."""
-    seen: set[int] = set()
-    todo = [fn]
-    while todo:
-        f = todo.pop()
-        if id(f) in seen:
-            continue
-        seen.add(id(f))
-        _interpreted(f).rewrite()
-        todo += _called_jit_functions(f)
-
-
-def _called_jit_functions(fn: JITFunction) -> list[JITFunction]:
-    """The ``@triton.jit`` functions ``fn`` names: globals, and attributes of the modules it names
-    (``triton_numerics.mxfp4_words``)."""
-    names, scope = fn.fn.__code__.co_names, fn.__globals__
-    found = []
-    for n in names:
-        v = scope.get(n)
-        if isinstance(v, types.ModuleType):
-            found += [a for m in names if isinstance(a := getattr(v, m, None), JITFunction)]
-        elif isinstance(v, JITFunction) and v is not fn:
-            found.append(v)
-    return found
-
-
-def _lang_namespaces() -> tuple[Any, ...]:
-    import triton.language as tl
-
-    return (tl, tl.core, tl.math, tl.core.tensor, tl.core.tensor_descriptor_base)
-
-
-_LANG_NAMESPACES = _lang_namespaces()
-
-
-@contextlib.contextmanager
-def _interpreting() -> Iterator[None]:
-    """Let interpreted kernels call ``@triton.jit`` helpers that were built for compiling.
-
-    Kernels are decorated once, as ``JITFunction`` (so that they can be compiled ahead of
-    time); a ``JITFunction`` refuses to be called from Python. While the interpreter runs, a
-    call is routed to an interpreted twin of the helper. Scoped and restored on exit.
-    """
-    with _INTERP_LOCK:
-        original = JITFunction.__call__
-        # The interpreter patches triton.language while it runs; a helper call patches it again
-        # and never restores (triton 3.6), which would break every later AOT compile. Snapshot
-        # the patched namespaces and put them back exactly.
-        snapshot = [(obj, dict(vars(obj))) for obj in _LANG_NAMESPACES]
-
-        def call(self: JITFunction, *args: Any, **kwargs: Any) -> Any:
-            return _interpreted(self)(*args, **kwargs)
-
-        JITFunction.__call__ = call  # type: ignore[method-assign]
-        try:
-            yield
-        finally:
-            JITFunction.__call__ = original  # type: ignore[method-assign]
-            for obj, saved in snapshot:
-                for name in set(vars(obj)) - set(saved):
-                    delattr(obj, name)
-                for name, value in saved.items():
-                    if vars(obj).get(name) is not value:
-                        setattr(obj, name, value)
-
-
-# --------------------------------------------------------------------------- monitor hooks
-
-# The kernel and key of the launch in progress, so a compile hook can name them.
-_LAUNCH: contextvars.ContextVar[tuple[TritonJitKernel, Any] | None] = contextvars.ContextVar(
-    "dsv4kit_triton_launch", default=None)
-
-
-def _report(kernel: TritonJitKernel | None, fn_name: str, variant: TritonVariant | str, source: str) -> None:
-    mon = active_monitor()
-    if mon is None:
-        return
-    if kernel is None:
-        mon.report_compile(fn_name, variant, [], source=source)
-    else:
-        mon.report_compile(kernel.name, variant, kernel.warmed_variants(), source=source)
-
-
-def _install_triton_hooks(monitor: Any) -> Callable[[], None]:
-    """Chain a pre-compile reporter onto Triton's hooks; the uninstaller restores them.
-
-    Triton 3.6 calls ``knobs.runtime.jit_cache_hook`` just before compiling and
-    ``jit_post_compile_hook`` just after, both with keyword arguments
-    ``key, repr, fn, compile, is_manual_warmup, already_compiled``. Reporting in the
-    pre-compile hook lets ``error`` mode stop the compile before it starts (raising after it
-    would leave the kernel in Triton's cache, and a retry would then pass silently).
-    """
-    prev = knobs.runtime.jit_cache_hook
-
-    def hook(**kw: Any) -> Any:
-        if not in_warmup_compile():
-            ctx = _LAUNCH.get()
-            jit_fn = kw["fn"].jit_function
-            spec = _describe_hook(jit_fn, kw["compile"])
-            if ctx is not None and ctx[0].kernel_fn is jit_fn:
-                _report(ctx[0], ctx[0].name, TritonVariant(ctx[1], spec), "triton")
-            else:
-                _report(None, kw["fn"].name, spec, "triton")
-        return prev(**kw) if prev is not None else None
-
-    knobs.runtime.jit_cache_hook = hook
-
-    def uninstall() -> None:
-        knobs.runtime.jit_cache_hook = prev
-
-    return uninstall
-
-
-register_monitor_hook(_install_triton_hooks)
-
-
-#: Counts Triton compiles seen by ``jit_post_compile_hook``.
-TritonCompileCounter = CompileCounter
-
-
-@contextlib.contextmanager
-def count_triton_compiles() -> Iterator[TritonCompileCounter]:
-    """Count every Triton JIT compile in the block through Triton's post-compile hook.
-
-    The hook is chained with whatever was installed and restored on exit. (A CPU-only process
-    never reaches it: ahead-of-time compiles and the interpreter bypass JITFunction.run.)
-    """
-    counter = TritonCompileCounter()
-    prev = knobs.runtime.jit_post_compile_hook
-
-    def hook(**kw: Any) -> Any:
-        counter.events.append({"fn": kw["fn"].name, "key": kw["key"], "warmup": in_warmup_compile()
-                               or kw["is_manual_warmup"]})
-        return prev(**kw) if prev is not None else None
-
-    knobs.runtime.jit_post_compile_hook = hook
-    try:
-        yield counter
-    finally:
-        knobs.runtime.jit_post_compile_hook = prev
-
-
-# --------------------------------------------------------------------------- Triton's cache key
-
-# ``JITFunction.cache_key`` (triton 3.6) merges a callee's ``used_global_vals`` into the caller's
-# *before* it computes the callee's key, so a callee hashed for the first time contributes no
-# globals: a kernel's hash then depends on which kernels were hashed before it in the process
-# (seen: C128StorePlainTriton for sm_100a hashed differently after a DSv4-Flash warmup than in a
-# fresh process, with identical cubin and PTX). The artifact store and Triton's on-disk cache are
-# keyed by that hash, so dsv4kit settles every kernel function once, callees first, before it is
-# compiled: the key is then the one a process gets whatever it compiled before.
-_SETTLED: set[int] = set()
-
-
-def _callees(fn: JITFunction) -> list[JITFunction]:
-    names = fn.fn.__code__.co_names
-    return [v for n in names if isinstance(v := fn.__globals__.get(n), JITFunction) and v is not fn]
-
-
-def settle_cache_key(fn: JITFunction) -> str:
-    """``fn.cache_key`` computed with every callee's key (and globals) settled first; once per function."""
-    if id(fn) not in _SETTLED:
-        _SETTLED.add(id(fn))  # before the callees: a recursive call graph terminates
-        for callee in _callees(fn):
-            settle_cache_key(callee)
-        with fn._hash_lock:
-            fn.hash = None  # a key computed before this (callees unsettled) is recomputed
-    return fn.cache_key
-
-
-# --------------------------------------------------------------------------- the artifact store
-
-# What cuobjdump reports of a cubin (dsv4kit.backends._common.cubin_resources).
-_RESOURCE_FIELDS = ("registers", "spills", "local_bytes", "stack_bytes", "static_shared")
-
-
-@dataclass(frozen=True)
-class TritonCompileId:
-    """Triton's own cache key of one compile, split where the store needs it.
-
-    ``portable``: sha256 of the Triton version, ``src.hash()`` (kernel source, callees, signature,
-    constexprs, specialization attributes), ``backend.hash()`` (ptxas version and target arch),
-    ``options.hash()`` and the cache-invalidating environment variables: everything Triton's key
-    holds but ``triton_key()``, the hash of its compiled extension, which differs between the
-    builds of one release for two Python versions. The artifact store keys Triton entries by it.
-    :meth:`running_hash` is the hash this process's Triton names the compile's cache directory by.
-    """
-
-    portable: str
-    group: str                       # the metadata group's name: ``<kernel name>.json``
-    parts: tuple[Any, ...] = dataclasses.field(compare=False, repr=False)  # (src, backend, options, env)
-
-    def running_hash(self) -> str:
-        """sha256 of Triton's ``get_cache_key`` for this compile, as the running Triton computes it
-        (``triton_key()`` included; looked up at each call, so a patched one is seen)."""
-        src, backend, options, env = self.parts
-        return hashlib.sha256(triton_cache.get_cache_key(src, backend, options, env).encode()).hexdigest()
-
-
-def triton_compile_id(fn: JITFunction, args: tuple[Any, ...], kwargs: Mapping[str, Any], capability: int,
-                      env: Mapping[str, Any] | None = None) -> TritonCompileId:
-    """The :class:`TritonCompileId` of compiling ``fn`` for ``args``, ``kwargs`` on ``capability``:
-    the packing and option parsing ``triton.compile`` does before it hashes (nothing compiles)."""
-    settle_cache_key(fn)
-    backend = _backend(capability)
-    bound, spec, opts = _binder(fn, capability)(*args, **kwargs)
-    options, signature, constexprs, attrs = fn._pack_args(backend, dict(kwargs), bound, spec, opts)
-    src = ASTSource(fn, signature, constexprs, attrs)
-    parsed = backend.parse_options(dict(options.__dict__, **src.parse_options()))
-    env = dict(get_cache_invalidating_env_vars() if env is None else env)
-    text = "-".join((triton.__version__, src.hash(), backend.hash(), parsed.hash(), str(sorted(env.items()))))
-    return TritonCompileId(hashlib.sha256(text.encode()).hexdigest(), f"{src.name[:150]}.json",
-                           (src, backend, parsed, env))
-
-
-# Compile ids per (kernel class, target, key, environment): the store asks for one at each lookup.
-_COMPILE_IDS: dict[tuple[Any, ...], TritonCompileId] = {}
-
-
-def _with_hash(metadata: bytes, triton_hash: str) -> bytes:
-    """The metadata json with its ``hash`` field set to ``triton_hash``: the one Triton would have
-    written itself had it compiled here (the builder's hash differs in its ``triton_key()`` part)."""
-    data = json.loads(metadata)
-    if data.get("hash") == triton_hash:
-        return metadata
-    data["hash"] = triton_hash
-    return json.dumps(data).encode()
-
-
-def _put_files(manager: Any, files: Mapping[str, bytes]) -> dict[str, str]:
-    """Write ``files`` into the cache ``manager``'s directory, each atomically; their paths.
-
-    Triton's ``FileCacheManager.put`` makes and removes a temporary folder per file, which is most
-    of a warm start's load time on this machine's filesystem; a file written beside its final name
-    and renamed is as atomic. Any other cache manager gets its own ``put``."""
-    if type(manager) is not FileCacheManager:
-        return {name: manager.put(data, name) for name, data in files.items()}
-    os.makedirs(manager.cache_dir, exist_ok=True)
-    paths = {}
-    for name, data in files.items():
-        path = os.path.join(manager.cache_dir, name)
-        tmp = f"{path}.tmp.pid_{os.getpid()}_{uuid.uuid4().hex}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-        paths[name] = path
-    return paths
-
-
-def restore_triton_group(entry: Entry, triton_hash: str, group_name: str) -> None:
-    """Write a stored Triton cache group into Triton's cache (``knobs.cache.dir`` or its cache
-    manager) under ``triton_hash``, unless it is already complete there."""
-    manager = get_cache_manager(triton_hash)
-    present = manager.get_group(group_name) or {}
-    children = [n.removeprefix("triton/") for n in entry.files if n.startswith("triton/")]
-    if group_name in present and all(c in present for c in children):
-        return
-    files = {c: entry.read(f"triton/{c}") for c in children}
-    if group_name in files:
-        files[group_name] = _with_hash(files[group_name], triton_hash)
-    manager.put_group(group_name, _put_files(manager, files))
-
-
-@contextlib.contextmanager
-def _cache_hits() -> Iterator[list[bool]]:
-    """Triton's ``cache_hit`` flag of every compile call inside, chained onto the listener that
-    was installed (restored on exit)."""
-    hits: list[bool] = []
-    prev = knobs.compilation.listener
-
-    def listener(**kw: Any) -> None:
-        hits.append(bool(kw.get("cache_hit")))
-        if prev is not None:
-            prev(**kw)
-
-    knobs.compilation.listener = listener
-    try:
-        yield hits
-    finally:
-        knobs.compilation.listener = prev
-
-
-def _served_from_cache(metadata_path: str, compile_seconds: float) -> bool:
-    """Whether a compile that just took ``compile_seconds`` found its group in Triton's cache:
-    Triton writes the metadata json at the end of a real compile, so a file older than the
-    compile's start was there before it (Triton's compile returns the same object either way)."""
-    try:
-        written = os.stat(metadata_path).st_mtime
-    except OSError:
-        return False
-    return written < time.time() - compile_seconds
 
 
 # --------------------------------------------------------------------------- the kernel base

@@ -21,8 +21,9 @@ import torch
 from dsv4kit.family.torch_op import NAMESPACE
 from dsv4kit.kernels import family
 from dsv4kit.model.drills import build
-from dsv4kit.model.pipeline import Pipeline, Request, request_trace
+from dsv4kit.model.pipeline import Pipeline
 from dsv4kit.model.presets import DSV4_FLASH, ModelPreset
+from dsv4kit.model.requests import Request, request_trace
 from dsv4kit.model.trace import Step
 from dsv4kit.platform import use_platform
 

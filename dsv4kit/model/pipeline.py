@@ -29,16 +29,8 @@ seen (every decode sequence of :func:`~dsv4kit.model.trace.make_trace`, or a pre
 *adopted*: its history is prefilled first through the references, in every pipeline alike (as
 if the trace had started mid-serving), then the step runs. When more than ``max_num_seqs``
 sequences would be live, the least recently scheduled are evicted and their blocks freed.
-:func:`request_trace` makes traces whose requests advance: chunked prefill under the token
-budget, then decode, decode-only steps padded to CUDA-graph sizes (padding tokens: slot -1).
-
-:func:`compare` judges a kernel pipeline against a reference pipeline after each step (spec
-§2.12): state caches, the window cache and K1/K2 outputs BIT-EXACT; K3 workspaces BIT-EXACT
-against the reference gather replayed on the pipeline's own caches, and equal to the reference
-pipeline's outside the gathered compressed rows; compressed caches (K5/K6, K9, K8) by the
-compressor rule over every entry a kernel wrote so far, with term magnitudes from the reference
-pipeline's inputs, every other byte identical; K7's rows by the FP32 rule. Each verdict counts
-its bit-identical elements.
+Traces of advancing requests: :mod:`dsv4kit.model.requests`. The judge of a kernel pipeline
+against a reference one: :func:`dsv4kit.model.judge.compare`.
 """
 
 from __future__ import annotations
@@ -50,7 +42,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -65,11 +57,13 @@ from dsv4kit.formats.state_cache import allocate_state_cache
 from dsv4kit.jit import ArtifactStore, JitMonitor, WarmupReport
 from dsv4kit.model.presets import CompressorPreset
 from dsv4kit.model.stack import AttentionLayer, DSv4AttentionStack
-from dsv4kit.model.trace import SeqChunk, ServingTrace, Step, TraceLimits
+from dsv4kit.model.trace import SeqChunk, ServingTrace, Step
 from dsv4kit.platform import use_platform
-from dsv4kit.testing.cache_judge import judge_entries, span_view
 from dsv4kit.testing.compressor_data import kv_values, norm_weight, scores
 from dsv4kit.testing.compressor_rule import term_magnitudes
+
+if TYPE_CHECKING:
+    from dsv4kit.model.judge import StepComparison
 
 __all__ = [
     "FLOW",
@@ -77,19 +71,13 @@ __all__ = [
     "Flow",
     "Pipeline",
     "PipelineReport",
-    "Request",
-    "StepComparison",
     "StepRecord",
-    "TensorVerdict",
-    "compare",
-    "request_trace",
 ]
 
 WHERE = "Pipeline"
 #: Every buffer (caches, states, workspaces) starts as this byte: unwritten bytes stay it (§2.12).
 SENTINEL = 0xA5
 _SENTINEL_F32 = struct.unpack("<f", bytes([SENTINEL] * 4))[0]
-_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 # --------------------------------------------------------------------------- the data-flow table
@@ -105,12 +93,13 @@ class Flow:
     is (``"window"``, ``"main"`` compressed, ``"indexer"``) and whose compressed slots its
     ``kv_slot_mapping`` holds. ``block_table``: ``"state"`` (the compressor's state blocks per
     request of the step) or ``"pages"`` (the cache's pages per prefill request). ``inputs``:
-    arguments drawn as seeded per-token inputs. ``judge``: how :func:`compare` judges what the
-    call leaves: ``state`` (state cache, BIT-EXACT), ``c4`` / ``chain`` (compressed entries under
-    the compressor rule; terms from the pooled window, for ``chain`` through the K7 call that
-    filled its ``compressed_kv``), ``k7`` (K7's rows, FP32 rule), ``outputs`` (returned tensors,
-    BIT-EXACT), ``gather`` (K3's workspace). ``history``: whether an adopted sequence's history
-    runs it (calls that leave persistent state; the others only feed attention).
+    arguments drawn as seeded per-token inputs. ``judge``: how
+    :func:`~dsv4kit.model.judge.compare` judges what the call leaves: ``state`` (state cache,
+    BIT-EXACT), ``c4`` / ``chain`` (compressed entries under the compressor rule; terms from the
+    pooled window, for ``chain`` through the K7 call that filled its ``compressed_kv``), ``k7``
+    (K7's rows, FP32 rule), ``outputs`` (returned tensors, BIT-EXACT), ``gather`` (K3's
+    workspace). ``history``: whether an adopted sequence's history runs it (calls that leave
+    persistent state; the others only feed attention).
     """
 
     judge: str
@@ -320,57 +309,6 @@ class PipelineReport:
         return "\n".join(lines)
 
 
-@dataclass(frozen=True)
-class TensorVerdict:
-    """One tensor's verdict after a step: ``rule`` is ``bit-exact``, ``compressor`` or ``fp32``."""
-
-    layer: int
-    tensor: str
-    rule: str
-    ok: bool
-    elements: int
-    bit_identical: int
-    detail: str = ""
-
-    def __str__(self) -> str:
-        flag = "ok  " if self.ok else "FAIL"
-        return (f"{flag} layer {self.layer} {self.tensor} [{self.rule}]: "
-                f"{self.bit_identical}/{self.elements} bit-identical"
-                + (f"; {self.detail}" if self.detail else ""))
-
-
-@dataclass
-class StepComparison:
-    """Every tensor's verdict after one step (kernel pipeline ``a`` against reference pipeline ``b``)."""
-
-    step: int
-    verdicts: list[TensorVerdict]
-
-    @property
-    def ok(self) -> bool:
-        return all(v.ok for v in self.verdicts)
-
-    def failures(self) -> list[TensorVerdict]:
-        return [v for v in self.verdicts if not v.ok]
-
-    def by_rule(self) -> dict[str, tuple[int, int]]:
-        """rule -> (bit-identical elements, elements)."""
-        out: dict[str, tuple[int, int]] = {}
-        for v in self.verdicts:
-            b, n = out.get(v.rule, (0, 0))
-            out[v.rule] = (b + v.bit_identical, n + v.elements)
-        return out
-
-    def summary(self) -> str:
-        head = f"step {self.step}: {'OK' if self.ok else 'FAILED'}, " + ", ".join(
-            f"{rule} {b}/{n} bit-identical" for rule, (b, n) in self.by_rule().items())
-        return "\n".join([head, *(f"  {v}" for v in self.verdicts)])
-
-    def assert_ok(self) -> None:
-        if not self.ok:
-            raise AssertionError(self.summary())
-
-
 # --------------------------------------------------------------------------- the pipeline
 
 
@@ -394,12 +332,12 @@ class Pipeline:
 
     ``seed``: inputs, parameters and block shuffles (two pipelines with one seed, fed the same
     steps, see identical inputs and block tables). ``backend``: None (the kernels the stack
-    registered, through the public ops, after a warmup of ``stack.registry``) or
-    ``"reference"`` (each family's reference). ``terms``: keep the term magnitudes of the
-    compressed entries written (what :func:`compare` reads from the reference side; default: on
+    registered, through the public ops, after a warmup of ``stack.registry``) or ``"reference"``
+    (each family's reference). ``terms``: keep the term magnitudes of the compressed entries
+    written (what :func:`~dsv4kit.model.judge.compare` reads from the reference side; default: on
     for references). ``debug_checks`` is passed to the ops (default: the op's own, on under the
-    CPU interpreter). ``warm``: warm the registry (kernel pipelines); ``store``: from this artifact
-    store (hits loaded, misses compiled into it; the warmup report says which per key).
+    CPU interpreter). ``warm``: warm the registry (kernel pipelines); ``store``: from this
+    artifact store (hits loaded, misses compiled into it; the warmup report says which per key).
     """
 
     def __init__(self, stack: DSv4AttentionStack, *, seed: int = 0, backend: str | None = None,
@@ -624,6 +562,8 @@ class Pipeline:
     def run(self, trace: ServingTrace | Sequence[Step], compare_with: Pipeline | None = None,
             ) -> list[StepComparison]:
         """Run every step; with ``compare_with`` (a pipeline run alongside), compare after each."""
+        from dsv4kit.model.judge import compare
+
         out = []
         for s in trace:
             self.step(s)
@@ -842,213 +782,3 @@ def _chain_written(op: str, k7: dict[str, Any], a: dict[str, Any], terms: bool) 
     m = term_magnitudes(k, s, w, eps, cs[compressed_position(a["positions"][idx], RATIO)])
     y = c128_rows(op, a["compressed_kv"], a["positions"], w, eps, cs, idx)
     return idx, (m.cpu(), y.cpu())
-
-
-def _ints_view(t: torch.Tensor) -> torch.Tensor:
-    t = t.contiguous()
-    return t.view(_INT_OF_SIZE[t.element_size()])
-
-
-def _as_ints(t: torch.Tensor) -> torch.Tensor:
-    return _ints_view(t).cpu()
-
-
-def _exact(layer: int, name: str, got: torch.Tensor, want: torch.Tensor, mask: torch.Tensor | None = None,
-           detail: str = "") -> TensorVerdict:
-    """BIT-EXACT: every element's bits equal (where ``mask``, if given, is True). Equal tensors are
-    told apart where they live, without a copy (on a GPU, gigabytes of caches per step); only a
-    difference is counted on the CPU."""
-    if (got.device == want.device and got.shape == want.shape and got.dtype == want.dtype
-            and torch.equal(_ints_view(got), _ints_view(want))):
-        n = got.numel()
-        return TensorVerdict(layer, name, "bit-exact", True, n, n, detail)
-    a, b = _as_ints(got), _as_ints(want)
-    if a.shape != b.shape:
-        return TensorVerdict(layer, name, "bit-exact", False, a.numel(), 0, f"shapes {a.shape} vs {b.shape}")
-    same = a == b
-    ok = bool(same.all()) if mask is None else bool(same[mask.cpu()].all())
-    bad = int((~same).sum()) if mask is None else int((~same & mask.cpu()).sum())
-    text = detail or (f"{bad} element(s) differ" if bad else "")
-    return TensorVerdict(layer, name, "bit-exact", ok, a.numel(), int(same.sum()), text)
-
-
-def _exact_bytes(layer: int, name: str, got: torch.Tensor, want: torch.Tensor) -> TensorVerdict:
-    """BIT-EXACT over a paged cache's addressable bytes (page tails included)."""
-    return _exact(layer, name, span_view(got), span_view(want))
-
-
-# --------------------------------------------------------------------------- compare
-
-
-def compare(a: Pipeline, b: Pipeline) -> StepComparison:
-    """Judge pipeline ``a`` (kernels) against ``b`` (references, run with the same seed on the same
-    steps) after the step both ran last (see the module docstring for what is judged how)."""
-    if a.steps_run != b.steps_run or a.seed != b.seed or len(a.layers) != len(b.layers):
-        raise input_error("compare", "pipelines", "two pipelines of one stack and seed after the same steps",
-                          f"steps {a.steps_run} / {b.steps_run}, seeds {a.seed} / {b.seed}")
-    if not b.terms:
-        raise input_error("compare", "b", "a pipeline keeping term magnitudes (the reference side)",
-                          "terms off")
-    out: list[TensorVerdict] = []
-    for la, lb in zip(a.layers, b.layers, strict=True):
-        li = la.layer.index
-        for name in la.states:
-            out.append(_exact(li, f"state:{name}", la.states[name], lb.states[name]))
-        for name, ca in la.caches.items():
-            cb = lb.caches[name]
-            if name == "window":
-                out.append(_exact_bytes(li, f"cache:{name}", ca.tensor, cb.tensor))
-            else:
-                out.append(_judge_cache(li, name, ca, cb, a.entries[(li, name)], b.entries[(li, name)]))
-        out += _judge_step(li, a.last.get(li, []), b.last.get(li, []))
-    return StepComparison(a.report.steps[-1].index if a.report.steps else -1, out)
-
-
-def _judge_cache(li: int, name: str, ca: _Cache, cb: _Cache, ea: Mapping[int, Any],
-                 eb: Mapping[int, Any]) -> TensorVerdict:
-    """Compressor rule over every entry a kernel wrote so far (terms from ``b``); other bytes exact."""
-    label = f"cache:{name}"
-    if set(ea) != set(eb):
-        return TensorVerdict(li, label, "compressor", False, 0, 0,
-                             f"written slots differ: {len(set(ea) ^ set(eb))} not in both")
-    slots = sorted(eb)
-    if not slots:
-        v = _exact_bytes(li, label, ca.tensor, cb.tensor)
-        return TensorVerdict(li, label, "compressor", v.ok, v.elements, v.bit_identical, "no entries yet; " +
-                             (v.detail or "all bytes identical"))
-    m = torch.stack([eb[s][0] for s in slots])
-    y = torch.stack([eb[s][1] for s in slots])
-    verdict = judge_entries(label, ca.kind, ca.tensor, cb.tensor, torch.tensor(slots, dtype=torch.int64),
-                            m, y, fp8_scale=ca.fp8_scale, use_fp4=ca.use_fp4)
-    return TensorVerdict(li, label, "compressor", verdict.ok, verdict.elements, verdict.bit_identical,
-                         verdict.summary())
-
-
-def _judge_step(li: int, ra: list[_CallRecord], rb: list[_CallRecord]) -> list[TensorVerdict]:
-    """The step's own results: K1/K2 outputs, K7 rows, K3 workspaces."""
-    if [(r.family, r.site) for r in ra] != [(r.family, r.site) for r in rb]:
-        return [TensorVerdict(li, "calls", "bit-exact", False, 0, 0, "the pipelines made different calls")]
-    out: list[TensorVerdict] = []
-    gathers: list[tuple[_CallRecord, _CallRecord]] = []
-    for x, y in zip(ra, rb, strict=True):
-        if x.history:
-            continue
-        tag = f"{x.family}:{x.site}"
-        if x.flow.judge == "outputs":
-            for i, (g, w) in enumerate(zip(x.result, y.result, strict=True)):
-                out.append(_exact(li, f"{tag}[{i}] {str(g.dtype).removeprefix('torch.')}", g, w))
-        elif x.flow.judge == "k7":
-            from dsv4kit.kernels.c128_compress.cases import C128Case, judge_k7
-
-            v = judge_k7(C128Case(x.family, y.args, tag), x.args["out"], y.args["out"])
-            out.append(TensorVerdict(li, f"{tag} out", "fp32", v.ok, v.elements, v.bit_identical,
-                                     v.summary()))
-        elif x.flow.judge == "gather":
-            gathers.append((x, y))
-    if gathers:
-        out += _judge_gathers(li, gathers)
-    return out
-
-
-def _judge_gathers(li: int, gathers: list[tuple[_CallRecord, _CallRecord]]) -> list[TensorVerdict]:
-    """K3: the kernel workspace equals the reference gather replayed on the kernel pipeline's own
-    caches (BIT-EXACT, sentinel rows included); against the reference pipeline's workspace every
-    element outside the compressed rows is identical (those rows decode entries the cache judge
-    already judged: they are counted, not gated)."""
-    from dsv4kit.kernels import family
-
-    by_out: dict[int, list[tuple[_CallRecord, _CallRecord]]] = {}
-    for x, y in gathers:
-        by_out.setdefault(id(x.args["out"]), []).append((x, y))
-    verdicts = []
-    for pairs in by_out.values():
-        ws_a, ws_b = pairs[0][0].args["out"], pairs[0][1].args["out"]
-        replay = _sentinel(ws_a.shape, ws_a.dtype, ws_a.device)
-        compressed = torch.zeros(ws_a.shape[:2], dtype=torch.bool)
-        for x, _ in pairs:
-            spec = family(x.family)
-            values, _ = spec.bind(**{**x.args, "out": replay})
-            spec.variants[DEFAULT_VARIANT].reference(**values)
-            if x.args["gather_lens"] is None:        # the compressed region: rows [offset, offset + L)
-                for req, n in enumerate(x.args["seq_lens"].tolist()):
-                    compressed[req, x.args["offset"]:x.args["offset"] + n] = True
-        sites = "+".join(x.site for x, _ in pairs)
-        verdicts.append(_exact(li, f"dequant_gather workspace ({sites}) = reference on own caches", ws_a,
-                               replay))
-        keep = (~compressed)[..., None].expand(ws_a.shape)
-        v = _exact(li, f"dequant_gather workspace ({sites}) vs reference pipeline", ws_a, ws_b, mask=keep)
-        verdicts.append(TensorVerdict(li, v.tensor, "bit-exact outside compressed rows", v.ok, v.elements,
-                                      v.bit_identical, v.detail))
-    return verdicts
-
-
-# --------------------------------------------------------------------------- request traces
-
-
-@dataclass(frozen=True)
-class Request:
-    """A request of :func:`request_trace`: ``prompt`` tokens to prefill after ``context`` already
-    cached ones (``context > 0``: adopted, its history prefilled by the pipeline), then ``decode``
-    tokens one per step; it arrives before step ``arrival``."""
-
-    prompt: int
-    decode: int = 0
-    context: int = 0
-    arrival: int = 0
-
-
-def request_trace(stack: DSv4AttentionStack | TraceLimits, requests: Sequence[Request], *, seed: int = 0,
-                  max_steps: int = 10_000) -> ServingTrace:
-    """Steps of a simple engine scheduler over ``requests`` (sequence ids = their indices).
-
-    Each step first decodes every running request that finished its prompt (one token each),
-    then fills the token budget with prefill chunks of the others in arrival order (chunked
-    prefill), at most ``max_num_seqs`` sequences per step. Decode-only steps run as CUDA graphs:
-    padded to the smallest captured size (the padding tokens have slot -1). ``seed`` is recorded
-    only (the schedule is deterministic).
-    """
-    lim = TraceLimits.of(stack) if isinstance(stack, DSv4AttentionStack) else stack
-    state = [{"done": 0, "decoded": 0} for _ in requests]
-    steps: list[Step] = []
-    for r in requests:
-        if r.prompt < 1 or r.context < 0 or r.decode < 0 \
-                or r.context + r.prompt + r.decode > lim.max_model_len:
-            raise input_error("request_trace", "requests", f"prompt >= 1 and context + prompt + decode <= "
-                              f"max_model_len ({lim.max_model_len})", r)
-    while len(steps) < max_steps:
-        i = len(steps)
-        active = [k for k, r in enumerate(requests) if r.arrival <= i
-                  and (state[k]["done"] < r.prompt or state[k]["decoded"] < r.decode)]
-        if not active:
-            if all(state[k]["done"] >= r.prompt and state[k]["decoded"] >= r.decode
-                   for k, r in enumerate(requests)):
-                break
-            steps.append(Step(i, "idle", (), 0))  # placeholder, removed below
-            continue
-        seqs: list[SeqChunk] = []
-        budget = lim.max_num_batched_tokens
-        for k in active:
-            r, s = requests[k], state[k]
-            if s["done"] >= r.prompt and len(seqs) < lim.max_num_seqs and budget >= 1:
-                seqs.append(SeqChunk(k, r.context + r.prompt + s["decoded"], 1, False))
-                s["decoded"] += 1
-                budget -= 1
-        for k in active:
-            r, s = requests[k], state[k]
-            if s["done"] < r.prompt and len(seqs) < lim.max_num_seqs and budget >= 1:
-                n = min(budget, r.prompt - s["done"])
-                seqs.append(SeqChunk(k, r.context + s["done"], n, True))
-                s["done"] += n
-                budget -= n
-        n = sum(c.num_tokens for c in seqs)
-        decode_only = all(not c.prefill for c in seqs)
-        graph = decode_only and bool(lim.cuda_graph_sizes) and n <= lim.cuda_graph_sizes[-1]
-        padded = min(g for g in lim.cuda_graph_sizes if g >= n) if graph else n
-        phase = "decode" if decode_only else ("prefill" if all(c.prefill for c in seqs) else "mixed")
-        steps.append(Step(i, phase, tuple(seqs), padded, graph))
-    real = [s for s in steps if s.seqs]
-    real = [Step(j, s.phase, s.seqs, s.padded_tokens, s.cuda_graph) for j, s in enumerate(real)]
-    top = max((c.seq_len for s in real for c in s.seqs), default=2)
-    trace = ServingTrace(real, "requests", seed, lim, max(2, top))
-    trace.check(lim)
-    return trace

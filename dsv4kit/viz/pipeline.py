@@ -1,5 +1,5 @@
 """Figures and tables for the model-level proof (notebook 05): the pipeline replay on real tensors
-(:class:`~dsv4kit.model.pipeline.PipelineReport`, :class:`~dsv4kit.model.pipeline.StepComparison`),
+(:class:`~dsv4kit.model.pipeline.PipelineReport`, :class:`~dsv4kit.model.judge.StepComparison`),
 warmup coverage over every kernel family at once, the §2.11 trap drills, and the recorded GPU
 pipeline run (``benchmarks/pipeline_gpu.py``). Matplotlib only; tables are Markdown strings.
 """
@@ -15,7 +15,8 @@ from dsv4kit.viz.coverage import STATUS_COLORS, key_labels
 if TYPE_CHECKING:
     from dsv4kit.family import FamilySpec
     from dsv4kit.model.drills import Caught
-    from dsv4kit.model.pipeline import PipelineReport, StepComparison
+    from dsv4kit.model.judge import StepComparison
+    from dsv4kit.model.pipeline import PipelineReport
 
 __all__ = [
     "CACHE_LABELS",

@@ -10,7 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv4kit.backends.triton import Const, _interpreted, _interpreting
+from dsv4kit.backends.triton import Const
+from dsv4kit.backends.triton_interpreter import _interpreted, _interpreting
 from dsv4kit.formats.bits import e4m3_encode, e4m3_table
 from dsv4kit.kernels.rowquant.triton import RowQuantTriton, _e4m3_code, _rowquant_kernel
 

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv4kit.backends.triton import _interpreted, _interpreting
+from dsv4kit.backends.triton_interpreter import _interpreted, _interpreting
 from dsv4kit.formats.bits import bf16_round, e4m3_encode, e4m3_table
 from dsv4kit.formats.mxfp4 import e2m1_encode
 from dsv4kit.kernels.triton_numerics import e2m1_magnitude, round_bf16, round_e4m3

@@ -16,8 +16,10 @@ import torch
 from model_helpers import build
 
 from dsv4kit.formats.ds_mla import DS_TOKEN_BYTES
-from dsv4kit.model.pipeline import FLOW, Pipeline, Request, compare, request_trace
+from dsv4kit.model.judge import compare
+from dsv4kit.model.pipeline import FLOW, Pipeline
 from dsv4kit.model.presets import DSV4_FLASH
+from dsv4kit.model.requests import Request, request_trace
 from dsv4kit.model.stack import FAMILIES
 from dsv4kit.model.trace import SeqChunk, Step, make_trace
 

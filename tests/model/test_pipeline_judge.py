@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from dsv4kit.formats.ds_mla import allocate_ds_cache
-from dsv4kit.model.pipeline import _exact, _exact_bytes
+from dsv4kit.model.judge import _exact, _exact_bytes
 
 
 def test_equal_tensors_pass_with_every_element_counted() -> None:
