@@ -194,7 +194,9 @@ def _copy(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     """``t`` with its whole storage on ``device``: strides, offset and the bytes around it (the
     sentinel) kept, so a kernel's stray write shows."""
     s = t.untyped_storage()
-    raw = torch.empty(0, dtype=torch.uint8).set_(s, 0, (s.nbytes(),), (1,)).to(device, copy=True)
+    # the byte view lives where the storage does (a CPU view of a CUDA storage is refused)
+    raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(s, 0, (s.nbytes(),), (1,))
+    raw = raw.to(device, copy=True)
     return raw.view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
 
 
