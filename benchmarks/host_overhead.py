@@ -198,6 +198,22 @@ def measure(spec: FamilySpec, backend: str, device: str, executor: str, calls: i
 #: The sizes of the three serving regimes (``sized_call``'s ``n``): one fixed shape, a cycle of
 #: 32 shapes seen before, and shapes never seen before (their keys warm).
 FIXED_N, CYCLE_N, NEW_N = 3, range(1, 33), range(33, 33 + 96)
+#: Shapes profiled apart (``--profile``): never called before either.
+PROFILE_N = range(129, 129 + 48)
+
+
+def _profile_calls(fns: list[Any], top: int) -> list[str]:
+    """The top ``top`` functions by own time over one call of each of ``fns``."""
+    prof = cProfile.Profile()
+    prof.enable()
+    for fn in fns:
+        fn()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    lines = [ln.rstrip() for ln in out.getvalue().splitlines() if ln.strip()]
+    start = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("ncalls"))
+    return [ln.replace(str(Path.cwd()) + "/", "") for ln in lines[start:]]
 
 
 def _forget_plans(spec: FamilySpec) -> None:
@@ -208,11 +224,12 @@ def _forget_plans(spec: FamilySpec) -> None:
 
 
 def regimes(spec: FamilySpec, backend: str, device: str, executor: str, calls: int, repeats: int,
-            debug_checks: str = "off") -> dict[str, Any]:
+            debug_checks: str = "off", profile: int = 0) -> dict[str, Any]:
     """Host µs per public op call (launch plans on, nothing synchronized) in three regimes:
     ``fixed`` (one shape, back to back), ``cycle`` (32 shapes seen before, in turn) and ``new shape``
     (each call a shape never called before whose key is warm: median and 90th percentile of the
-    single calls)."""
+    single calls). ``profile``: also a cProfile of new-shape calls (another 48 shapes), its top
+    ``profile`` functions by own time."""
     flag = _DEBUG[debug_checks]
 
     def call_at(n: int) -> dict[str, Any]:
@@ -221,8 +238,9 @@ def regimes(spec: FamilySpec, backend: str, device: str, executor: str, calls: i
         return {**c, "debug_checks": flag, "backend": backend}
 
     fixed, cycle, new = call_at(FIXED_N), [call_at(n) for n in CYCLE_N], [call_at(n) for n in NEW_N]
+    unseen = [call_at(n) for n in PROFILE_N] if profile else []
     op = spec.op
-    for c in (fixed, *cycle, *new):    # warms every key these shapes dispatch to
+    for c in (fixed, *cycle, *new, *unseen):    # warms every key these shapes dispatch to
         op(**c)
     if executor == "noop":
         for kernel in spec._kernels.values():
@@ -254,6 +272,8 @@ def regimes(spec: FamilySpec, backend: str, device: str, executor: str, calls: i
     row["new shape us"] = round(singles[len(singles) // 2], 2)
     row["new shape p90 us"] = round(singles[int(len(singles) * 0.9)], 2)
     row["new shapes"] = len(singles)
+    if unseen:
+        row["profile (new shape)"] = _profile_calls([lambda c=c: op(**c) for c in unseen], profile)
     if device == "cuda":
         torch.cuda.synchronize()
     for kernel in spec._kernels.values():
@@ -311,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--debug-checks", choices=tuple(_DEBUG), default="off",
                    help="off (default; a GPU's default), on, or the op's default (on under the interpreter)")
     p.add_argument("--families", default="", help="comma-separated family names (default: all)")
+    p.add_argument("--profile", type=int, default=0,
+                   help="with the regimes: a cProfile of new-shape calls, its top N functions")
     p.add_argument("--only", choices=("all", "paths", "regimes"), default="all",
                    help="the five paths per op, the three serving regimes per op, or both (default)")
     args = p.parse_args(argv)
@@ -328,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.only != "paths":
                 try:
                     r = regimes(spec, backend, device, args.executor, args.calls, args.repeats,
-                                args.debug_checks)
+                                args.debug_checks, args.profile)
                 except Exception as exc:  # recorded: one op's failure must not lose the others
                     r = {"op": spec.op_name, "backend": backend, "error": f"{type(exc).__name__}: {exc}"}
                     print(f"{spec.op_name:<32} {backend:<8} FAILED {r['error']}", flush=True)

@@ -231,10 +231,10 @@ class FamilySpec:
         launches = self._launches
         if launches.hot and _STATE["enabled"]:
             platform = current_platform()
-            for hot, guard in launches.hot:
-                if hot.platform is platform and hot.valid():
+            for hot, guard in launches.hot:  # the guard first: a miss never hashes the key
+                if hot.platform is platform:
                     tensors = guard(args, kwargs)
-                    if tensors is not None:
+                    if tensors is not None and hot.valid():
                         return hot.plan(tensors)
         try:
             return self._lookup_call(args, kwargs)

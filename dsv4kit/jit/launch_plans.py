@@ -335,13 +335,16 @@ def _make_guard(sig: SignatureGuard, check: Callable[..., bool]) -> Callable[...
             return None
         vals = args + tuple(kwargs.values()) if keys else args
         try:
+            # the tensors first: a call of other sizes (the usual miss) fails there, in C++
+            ts = () if pick is None else (pick(vals),) if single else pick(vals)
+            if ts and not check(*ts):
+                return None
             for j, tp, want, sign in scalars:
                 if not _scalar_ok(tp, want, sign, vals[j]):
                     return None
-            if pick is None:
+            if not ts:
                 return []
-            ts = (pick(vals),) if single else pick(vals)
-            if not check(*ts) or tuple(map(offset_of, ts)) != offsets:
+            if tuple(map(offset_of, ts)) != offsets:
                 return None
             ptrs = tuple(map(ptr_of, ts))
             if any(d & 31 for d in map(sub, ptrs, align)):  # p - a = 0 (mod 32) for every tensor

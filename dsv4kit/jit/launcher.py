@@ -96,11 +96,10 @@ def kernel_launcher(fn: Callable[..., Any] | None = None, *, bind_launch_inputs:
                 # a hot entry exists only for a plannable call, and plannable's other inputs are
                 # fixed per kernel object or checked by the guard (debug_checks' value)
                 cache = type(self)._executors.get(self.target)
-                for plan, guard in plans.hot:
-                    if plan.valid(cache):
-                        tensors = guard(args, kwargs)
-                        if tensors is not None:
-                            return plan(tensors)
+                for plan, guard in plans.hot:  # the guard first: a miss never hashes the key
+                    tensors = guard(args, kwargs)
+                    if tensors is not None and plan.valid(cache):
+                        return plan(tensors)
             described = launch_signature(args, kwargs) if plannable(self, args, kwargs) else None
             if described is not None:
                 plan = plans.get(described[0])
