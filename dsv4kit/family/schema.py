@@ -104,12 +104,8 @@ def normalize_scalar(kind: str, value: Any) -> Any:
 def as_int(value: Any) -> Any:
     """``value`` as a Python int when it is an integer of another type (numpy's, a 0-d index
     array); anything else unchanged, for the check that follows to name it. Bools stay bools."""
-    if type(value) is int or isinstance(value, bool | float | str | torch.Tensor) or value is None:
-        return value
-    try:
-        return operator.index(value)
-    except TypeError:
-        return value
+    n = normalize_scalar("int", value)
+    return value if n is None else n
 
 
 def check_args(op: str, table: Sequence[Arg], values: Mapping[str, Any]) -> dict[str, Any]:
