@@ -357,8 +357,10 @@ def cmd_verify(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     rows = run_verify(args.families, cases=args.cases, backends=args.backends, platform=platform)
     print(verdict_table(rows, platform))
     if args.json:
+        from dsv4kit.bench import provenance  # a record says where it came from (commit, versions, hashes)
         from dsv4kit.cli import _write_json  # `--json -`: the CLI keeps stdout for the JSON alone
 
         _write_json(args.json, {"device": "cuda" if platform.is_cuda else "cpu", "arch": platform.arch,
-                                "pass": all(r.ok for r in rows), "rows": [r.json() for r in rows]})
+                                "pass": all(r.ok for r in rows), "rows": [r.json() for r in rows],
+                                "provenance": provenance({"platform": str(platform)})})
     return 0 if all(r.ok for r in rows) else 1

@@ -24,6 +24,8 @@ def test_verify_rowquant_and_indexer_q_json(capsys) -> None:
         assert r["cases"] > 0 and r["bit_identical"] == r["passed"] == r["cases"]
         assert r["compiles_after_warmup"] == 0 and r["pass"] is True
     assert "ALL PASS" in err and "rowquant" in err          # the one-screen verdict, on stderr here
+    prov = doc["provenance"]                                 # the record says where it came from
+    assert prov["commit"] and prov["torch"] and prov["dsv4kit"]["kernel_source_hash"]["rowquant"]
 
 
 def test_every_family_has_a_battery() -> None:
