@@ -275,42 +275,31 @@ def regimes(spec: FamilySpec, backend: str, device: str, executor: str, calls: i
 
 
 def floors(calls: int, repeats: int) -> dict[str, float]:
-    """What any launch costs on this host (GPU): an empty ``@triton.jit`` kernel through
-    ``JITFunction.run``, an empty torch op, and a raw launch of a warmed binary (rowquant's Triton
-    key through its C launcher, the plan's last step)."""
-    x = torch.zeros(1, device="cuda")
-    out = {"JITFunction.run (empty kernel) us": empty_launch_us(calls, repeats),
-           "torch x.add_(0) us": round(_mean_us(lambda: x.add_(0), calls, repeats), 2)}
-    spec = next(s for s in families() if s.name == "rowquant")
-    call = {k: twin(v, "cuda") for k, v in valid_call(spec).items()}
-    spec.op(**call, backend="triton", debug_checks=False)
-    spec.op(**call, backend="triton", debug_checks=False)
-    hot = spec._launches.hot
-    if hot:
-        fast, guard = hot[0]
-        tensors = guard((), {**call, "backend": "triton", "debug_checks": False})
-        if tensors is not None:
-            parts = _body_parts(fast.plan, [tensors[i] for i in fast.order])
-            if "triton: C launch" in parts:
-                out["raw launch (warmed binary, C launcher) us"] = round(
-                    _mean_us(parts["triton: C launch"], calls, repeats), 2)
-    torch.cuda.synchronize()
-    return out
-
-
-def empty_launch_us(calls: int, repeats: int) -> float:
-    """Host µs per launch of an empty ``@triton.jit`` kernel through ``JITFunction.run`` (GPU)."""
+    """What any launch costs on this host (GPU), side by side: an empty ``@triton.jit`` kernel
+    through ``JITFunction.run``, the same warmed binary through its C launcher (the raw launch: what
+    a direct launch ends with), and an empty torch op."""
     import triton
+
+    from dsv4kit.backends.triton import _c_launch
 
     @triton.jit
     def _empty(x_ptr):  # pragma: no cover - GPU only
         pass
 
     buf = torch.zeros(1, device="cuda")
-    _empty[(1,)](buf)
-    us = _mean_us(lambda: _empty[(1,)](buf), calls, repeats)
+    ck = _empty[(1,)](buf)  # JITFunction.run returns the CompiledKernel it launched
+    out = {"JITFunction.run (empty kernel) us": round(_mean_us(lambda: _empty[(1,)](buf), calls, repeats), 2)}
+    direct = _c_launch(ck.run)
+    if direct is not None:
+        c_launch, coop, pdl = direct
+        function, packed = ck.function, ck.packed_metadata
+        stream = torch.cuda.current_stream().cuda_stream
+        out["raw launch (warmed binary, C launcher) us"] = round(_mean_us(
+            lambda: c_launch(1, 1, 1, stream, function, coop, pdl, None, None, packed, None, None, None, buf),
+            calls, repeats), 2)
+    out["torch x.add_(0) us"] = round(_mean_us(lambda: buf.add_(0), calls, repeats), 2)
     torch.cuda.synchronize()
-    return round(us, 2)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -474,9 +474,12 @@ class TritonJitKernel(JitKernel[K]):
         return dict(zip(self._call_params(), call_args, strict=True))
 
     def _gpu_executor(self, key: K, variant: TritonVariant) -> Callable[..., Any]:
+        """``run(*call_args)``: the warmed binary launched directly (:meth:`_key_launch`) when the
+        call's specialization is the warmed one, else ``kernel_fn[grid](...)`` (which compiles a
+        new specialization, and the monitor sees it)."""
         fn, options = self.kernel_fn, self._options(key)
 
-        def run(*call_args: Any) -> None:
+        def slow(*call_args: Any) -> None:
             args = self._full_args(key, call_args)
             grid = self.grid(key, self._named(call_args))
             token = _LAUNCH.set((self, key))
@@ -485,8 +488,86 @@ class TritonJitKernel(JitKernel[K]):
             finally:
                 _LAUNCH.reset(token)
 
-        run.direct = functools.partial(self._direct_launcher, key, run)  # type: ignore[attr-defined]
+        direct: list[Callable[..., bool] | None] = []
+
+        def run(*call_args: Any) -> None:
+            if not direct:  # the first launch loads the binary (as JITFunction.run's first call does)
+                direct.append(self._key_launch(key))
+            launch = direct[0]
+            if launch is None or not launch(call_args):
+                slow(*call_args)
+
+        run.direct = functools.partial(self._direct_launcher, key, slow)  # type: ignore[attr-defined]
         return run
+
+    def specialization_check(self, key: K) -> Callable[[tuple[Any, ...]], bool]:
+        """``ok(call_args)``: whether Triton would specialize a call of ``key`` as the warmed compile
+        was (true implies ``variant(key, full_args) == warmed``; tested against Triton's binder on
+        every interpreted launch). What Triton specializes on, per declared kind: a ``Ptr`` on its
+        dtype and, where ``aligned``, its address's 16-byte alignment; an ``IntClass`` int on its
+        class; nothing else varies per call (``Runtime`` is not specialized, the rest is the key's).
+        """
+        warm = self.warmup_inputs(key)
+        names = self._call_params()
+        params = list(self.kernel_fn.params)
+        at = {p.name: i for i, p in enumerate(params)}
+        ptrs = tuple((i, warm[at[n]].dtype, self.params[n].aligned) for i, n in enumerate(names)
+                     if isinstance(self.params[n], Ptr))
+        ints = tuple((i, getattr(key, self.params[n].field)) for i, n in enumerate(names)
+                     if isinstance(self.params[n], IntClass))
+
+        def ok(call_args: tuple[Any, ...]) -> bool:
+            try:
+                for i, dtype, aligned in ptrs:
+                    a = call_args[i]
+                    if a.dtype is not dtype or (aligned and a.data_ptr() & 15):
+                        return False
+                for i, cls in ints:
+                    v = call_args[i]
+                    if type(v) is not int or int_class(v) != cls:
+                        return False
+            except Exception:  # not a tensor, an address or an int: Triton's own path says what
+                return False
+            return True
+
+        return ok
+
+    def _key_launch(self, key: K) -> Callable[[tuple[Any, ...]], bool] | None:
+        """``launch(call_args)`` of the warmed ``CompiledKernel`` of ``key``, returning False (having
+        launched nothing) where the call needs ``JITFunction.run``: another specialization, another
+        current device than the warmed one, launch hooks registered. None: no direct launch here
+        (another launcher class, or per-launch scratch). The grid is computed per call; the rest of
+        ``JITFunction.run`` (binding, specialization, cache key and lookup) is what it skips."""
+        art = self.artifact(key)
+        direct = None if art is None or art.executable is None else _c_launch(art.executable.run)
+        if direct is None:
+            return None
+        ck = art.executable
+        ck._init_handles()
+        c_launch, coop, pdl = direct
+        spec_ok = self.specialization_check(key)
+        names = self._call_params()
+        at = {p.name: i for i, p in enumerate(self.kernel_fn.params)}
+        slots = tuple(at[n] for n in names)
+        template = self._full_args(key, tuple(None for _ in names))
+        grid_of, function, packed, runtime = self.grid, ck.function, ck.packed_metadata, knobs.runtime
+        drv = triton.runtime.driver.active
+        get_device, get_stream = drv.get_current_device, drv.get_current_stream
+        device = get_device()
+
+        def launch(call_args: tuple[Any, ...]) -> bool:
+            if (not spec_ok(call_args) or get_device() != device or not _no_hook(runtime.launch_enter_hook)
+                    or not _no_hook(runtime.launch_exit_hook)):
+                return False
+            values = template.copy()
+            for slot, a in zip(slots, call_args, strict=True):
+                values[slot] = a
+            g0, g1, g2 = (*grid_of(key, dict(zip(names, call_args, strict=True))), 1, 1)[:3]
+            stream = get_stream(device)
+            c_launch(g0, g1, g2, stream, function, coop, pdl, None, None, packed, None, None, None, *values)
+            return True
+
+        return launch
 
     def plan_launcher(self, key: K, executor: Callable[..., Any], args: tuple[Any, ...]
                       ) -> tuple[Callable[[list[Any]], Any], frozenset[int]]:
@@ -552,6 +633,7 @@ class TritonJitKernel(JitKernel[K]):
     def _interpreter_executor(self, key: K, variant: TritonVariant) -> Callable[..., Any]:
         fn, options = self.kernel_fn, self._options(key)
         _rewrite_ahead(fn)  # during warmup: an interpreted run generates no code
+        spec_ok = self.specialization_check(key)
 
         def run(*call_args: Any) -> None:
             args = self._full_args(key, call_args)
@@ -560,6 +642,9 @@ class TritonJitKernel(JitKernel[K]):
             seen = self.variant(key, args)
             if seen != variant:
                 _report(self, fn.fn.__name__, seen, "triton")
+            if spec_ok(call_args) and seen != variant:  # the GPU's direct launch would run a wrong binary
+                raise ContractError(f"{self.name}: specialization_check passed a call Triton specializes "
+                                    f"as {seen.specialization}, not the warmed {variant.specialization}")
             overrides = self.interpreted_constexprs(key)
             run_args = [overrides.get(p.name, a) for p, a in zip(fn.params, args, strict=True)]
             grid = self.grid(key, self._named(call_args))
