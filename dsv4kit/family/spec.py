@@ -36,7 +36,7 @@ from dsv4kit.errors import ContractError, KernelInputError, input_error
 from dsv4kit.family.plans import MAX_PLANS, CallPlan, OpLaunch, call_signature, op_launch_for, plan_for
 from dsv4kit.family.schema import Arg, arg_table_markdown, check_args
 from dsv4kit.jit import JitKernel, registry
-from dsv4kit.jit.launch_plans import _STATE, PlanTable, by_identity, launch_signature
+from dsv4kit.jit.launch_plans import _STATE, FIRST, PLAN, PlanTable, by_identity, launch_signature
 from dsv4kit.jit.monitor import runtime_entry
 from dsv4kit.platform import BACKENDS, Platform, current_platform
 
@@ -266,9 +266,16 @@ class FamilySpec:
         plan = self._plans.get(sig) if sig is not None else None
         if plan is None:
             return self.call_checked(*args, _signature=sig, **kwargs)
-        result = plan(args, kwargs)  # the kernel's keywords in the plan's order, the order OpLaunch finds
         # an op launch is made on the signature's second call, when the kernel has planned it too
-        if described is not None and fast is not False and (fast is not None or launches.seen_before(key)):
+        make = described is not None and fast is not False and (fast is not None or launches.seen_before(key))
+        if described is not None and not fast:
+            # what the kernel cannot know cheaply: a first sight (nothing to look up) or a second (plan it)
+            _STATE["sight"] = PLAN if make else FIRST
+        try:
+            result = plan(args, kwargs)  # the kernel's keywords in the plan's order, the order OpLaunch finds
+        finally:
+            _STATE["sight"] = None
+        if make:
             if len(launches) >= MAX_PLANS:
                 launches.clear()
             made = op_launch_for(plan, args, kwargs, described[1], described[0])

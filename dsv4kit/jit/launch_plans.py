@@ -55,9 +55,9 @@ from torch._C._dynamo.guards import TensorGuards
 
 from dsv4kit.jit import coverage
 
-__all__ = ["HOT", "MAX_PLANS", "Address", "LaunchPlan", "PlanTable", "SignatureGuard", "build_plan",
-           "by_identity", "disabled", "enabled", "launch_signature", "plan_safe", "plans_of", "set_enabled",
-           "set_plan_after"]
+__all__ = ["FIRST", "HOT", "MAX_PLANS", "PLAN", "Address", "LaunchPlan", "PlanTable", "SignatureGuard",
+           "build_plan", "by_identity", "disabled", "enabled", "launch_signature", "plan_safe", "plans_of",
+           "set_enabled", "set_plan_after", "take_sight"]
 
 #: Plans kept per kernel object; the table is cleared when full.
 MAX_PLANS = 256
@@ -69,7 +69,20 @@ MAX_ONCE = 4096
 #: costs ~0.1-1 µs before the fallback, so few: a steady loop reuses one signature per kernel.
 HOT = 4
 
-_STATE: dict[str, Any] = {"enabled": True, "plan_after": 2}
+#: ``sight``: what an op layer already knows of the kernel call it is about to make, read and
+#: cleared by that call (:func:`take_sight`): None (nothing), ``FIRST`` (its launch signature was
+#: never seen: no hot entry and no plan can serve it, so the kernel skips computing its own), or
+#: ``PLAN`` (seen before: the kernel plans it now, as the op launch needs the kernel's plan).
+_STATE: dict[str, Any] = {"enabled": True, "plan_after": 2, "sight": None}
+FIRST, PLAN = "first", "plan"
+
+
+def take_sight() -> str | None:
+    """The op layer's hint for this kernel call (``_STATE["sight"]``), cleared: it is for one call."""
+    sight = _STATE["sight"]
+    if sight is not None:
+        _STATE["sight"] = None
+    return sight
 
 
 def enabled() -> bool:
@@ -132,12 +145,15 @@ class PlanTable(dict):  # type: ignore[type-arg]
     several full calls, and in serving most sizes come once (measured on the CPU with the no-op
     executor: a new shape 18-52 µs unplanned, 96-335 µs planned on sight)."""
 
-    __slots__ = ("hot", "once")
+    __slots__ = ("bound", "hot", "once")
 
     def __init__(self) -> None:
         super().__init__()
         self.hot: tuple[tuple[Any, Callable[..., Any]], ...] = ()
         self.once: dict[Any, int] = {}
+        # id(plan) -> its bound guard (None: it cannot be bound): a plan's guard is built once, not
+        # at every promotion (a cycle of more signatures than ``HOT`` promotes at every call)
+        self.bound: dict[int, Callable[..., Any] | None] = {}
 
     def seen_before(self, signature: Any) -> bool:
         """Whether this call of ``signature`` is worth a plan (its ``plan_after``-th call or later);
@@ -157,16 +173,22 @@ class PlanTable(dict):  # type: ignore[type-arg]
     def promote(self, plan: Any, tensors: list[torch.Tensor]) -> None:
         """Put ``plan`` first in ``hot``, its guard bound to ``tensors`` (a call of its signature);
         nothing when the plan has no guard or the guard cannot be bound to them."""
-        guard = plan.guard.bind(tensors) if plan.guard is not None else None
+        pid = id(plan)
+        guard = self.bound.get(pid)
+        # bound for another dispatch state (inference mode, requires_grad) than these tensors': rebind
+        if guard is None or not getattr(guard, "tensors_pass", lambda *ts: False)(*tensors):
+            guard = self.bound[pid] = plan.guard.bind(tensors) if plan.guard is not None else None
         if guard is not None:
-            self.hot = ((plan, guard), *self.hot[: HOT - 1])
+            self.hot = ((plan, guard), *(h for h in self.hot[: HOT] if h[0] is not plan))[:HOT]
 
     def _cool(self, plan: Any) -> None:
         self.hot = tuple(h for h in self.hot if h[0] is not plan)
+        self.bound.pop(id(plan), None)
 
     def clear(self) -> None:
         self.hot = ()
         self.once.clear()
+        self.bound.clear()
         super().clear()
 
     def __delitem__(self, key: Any) -> None:
@@ -299,7 +321,9 @@ class SignatureGuard:
                 return None
         except Exception:  # an unusual tensor: no hot entry, the table's lookup still serves it
             return None
-        return _make_guard(self, tg.check)
+        guard = _make_guard(self, tg.check)
+        guard.tensors_pass = tg.check  # type: ignore[attr-defined]
+        return guard
 
 
 def _scalar_ok(tp: type, want: Any, sign: Any, v: Any) -> bool:

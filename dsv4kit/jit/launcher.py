@@ -16,7 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, overload
 
-from dsv4kit.jit.launch_plans import _STATE, MAX_PLANS, build_plan, launch_signature, plans_of
+from dsv4kit.jit.launch_plans import (
+    _STATE,
+    FIRST,
+    MAX_PLANS,
+    PLAN,
+    build_plan,
+    launch_signature,
+    plans_of,
+    take_sight,
+)
 from dsv4kit.jit.monitor import runtime_entry
 
 __all__ = ["Immediate", "LaunchSpec", "as_launch_spec", "kernel_launcher"]
@@ -92,6 +101,9 @@ def kernel_launcher(fn: Callable[..., Any] | None = None, *, bind_launch_inputs:
         @functools.wraps(call)
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             plans = plans_of(self)
+            sight = take_sight()  # the op's hint: FIRST skips the plan lookups, PLAN plans this call
+            if sight is FIRST:
+                return launch(self, args, kwargs, None)
             if plans.hot and _STATE["enabled"]:
                 # a hot entry exists only for a plannable call, and plannable's other inputs are
                 # fixed per kernel object or checked by the guard (debug_checks' value)
@@ -108,6 +120,14 @@ def kernel_launcher(fn: Callable[..., Any] | None = None, *, bind_launch_inputs:
                         plans.promote(plan, described[1])
                         return plan(described[1])
                     del plans[described[0]]  # its executor was cleared: the full path reports a miss
+            # planned on its second call (the op's PLAN: the op saw it before)
+            plan_it = described is not None and (sight is PLAN or plans.seen_before(described[0]))
+            return launch(self, args, kwargs, described if plan_it else None)
+
+        def launch(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                   described: tuple[tuple[Any, ...], list[Any]] | None) -> Any:
+            """The full path: ``__call__``'s checks and spec, the launch; with ``described`` (the
+            call's signature and tensors), the launch is planned."""
             spec = as_launch_spec(call(self, *args, **kwargs), type(self).__name__)
             if isinstance(spec, Immediate):
                 return spec.value
@@ -119,9 +139,10 @@ def kernel_launcher(fn: Callable[..., Any] | None = None, *, bind_launch_inputs:
                 inputs = dict(bound.arguments)
                 inputs.pop(next(iter(sig.parameters)))
             result = self.launch(spec, inputs)
-            if described is not None and plans.seen_before(described[0]):  # planned on its second call
+            if described is not None:
                 plan = build_plan(self, spec, described[1], described[0])
                 if plan is not None:
+                    plans = plans_of(self)
                     if len(plans) >= MAX_PLANS:
                         plans.clear()
                     plans[described[0]] = plan

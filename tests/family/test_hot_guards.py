@@ -188,6 +188,7 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, bool]]:
                 assert all(a is b for a, b in zip(got, want, strict=True))
             return got
 
+        spied.tensors_pass = guard.tensors_pass  # type: ignore[attr-defined]
         return spied
 
     monkeypatch.setattr(SignatureGuard, "bind", checked)
