@@ -106,9 +106,10 @@ def k3_point(name: str, backend: str, nreq: int, rows: int) -> dict:
     """The suspect sweep point with a stale block table replaced behind a sleep, then timed."""
     import torch
 
-    from dsv4kit.bench import backend_kernels, dequant_gather_inputs
+    from dsv4kit.bench import backend_kernels
     from dsv4kit.kernels import family
     from dsv4kit.kernels.dequant_gather import dequantize_and_gather_k_cache_reference as ref
+    from dsv4kit.kernels.dequant_gather.bench import dequant_gather_inputs
     from dsv4kit.platform import current_platform
 
     k = backend_kernels(family("dequant_gather"), current_platform())[backend]
