@@ -147,8 +147,9 @@ def graph_median_ms(fn: Callable[[], Any], *, rep_ms: int = 200, retries: int = 
     the kernel then read a block table and lengths that still held the previous contents of
     reused allocations, and faulted on an illegal address at the same point of every full run,
     never under ``CUDA_LAUNCH_BLOCKING=1`` (``benchmarks/results/NOTES.md``; reproduced on purpose
-    by ``benchmarks/k3_fault_probe.py``). Here the side stream waits for the caller's stream
-    first, and the caller's stream waits for the side stream at the end.
+    by ``benchmarks/k3_fault_probe.py``, since removed: ``tests/test_bench_harness.py`` holds the
+    ordering). Here the side stream waits for the caller's stream first, and the caller's stream
+    waits for the side stream at the end.
     """
     caller = torch.cuda.current_stream()
     side = torch.cuda.Stream(device=caller.device)

@@ -24,7 +24,7 @@ def save_partial_states_bytes(state_width: int, compress_ratio: int, tokens: int
 def save_partial_states_inputs(cfg: tuple[int, int, int], t: int, device: str, seed: int = 0
                                ) -> dict[str, Any]:
     """K4 arguments of one point: kv / score column slices of one ``[T, 2 SW]`` buffer, a state
-    cache with one spare block, block-shuffled slots (``benchmarks/save_partial_states.py``)."""
+    cache with one spare block, block-shuffled slots (the inputs of the recorded K4 sweeps)."""
     from dsv4kit.formats.state_cache import allocate_state_cache
 
     sw, r, sbs = cfg
