@@ -8,8 +8,8 @@
 Bandwidth and decode latency are not measured here: ``python3 -m dsv4kit bench --family
 c128_compress`` (K7) and ``--family c128_store`` (K8a, K8b) time them (kernel alone, op, eager
 reference, ``torch.compile``; decode sizes next to an empty kernel) against the copy bandwidth of
-their run, with the bytes models :func:`dsv4kit.bench.c128_compress_bytes` and
-:func:`dsv4kit.bench.c128_store_bytes`.
+their run, with the bytes models ``c128_compress_bytes`` and ``c128_store_bytes`` of
+:mod:`dsv4kit.kernels.c128_compress.bench`.
 
 1. Warmup: every key of the three ops on both backends (triton, cutedsl), over the configs
    ``C128CompressConfig(cache_dtype in fp8_ds_mla / fp8 / bfloat16, norm_weight_dtype bf16 / fp32)``

@@ -7,7 +7,7 @@
 
 Bandwidth is not measured here: ``python3 -m dsv4kit bench --family c4_compress`` times K5 / K6 / K9
 (kernel alone, op, eager reference, ``torch.compile``) against the copy bandwidth of its run, with
-the bytes model :func:`dsv4kit.bench.c4_compress_bytes`.
+the bytes model :func:`dsv4kit.kernels.c4_compress.bench.c4_compress_bytes`.
 
 1. Warms every key of the three ops on both backends (triton, cutedsl): all the configs of
    ``C4CompressConfig`` (cache fp8_ds_mla / fp8 / bfloat16, indexer FP8 / MXFP4, norm weights

@@ -3,10 +3,13 @@
 Every benchmark script reports bandwidth from an explicit bytes model against the copy
 bandwidth measured in the same run, so a number is never compared with a datasheet.
 
-The sweep of ``dsv4kit bench`` lives here too: one :class:`SweepPlan` per kernel family (or per
-kernel folder whose ops share a core) in :data:`PLANS`, each with its sizes, its bytes model (the
-``*_bytes`` functions, the same models the ``benchmarks/`` scripts recorded with) and a builder of
-the op's arguments at one size from the family's seeded ``cases`` module; :func:`run_sweep`
+The sweep of ``dsv4kit bench`` runs here too; what it sweeps lives with each family. Every kernel
+folder has a ``bench.py`` whose ``PLANS`` holds one :class:`SweepPlan` per family (or per group of
+ops sharing a core, e.g. ``c128_store``: K8a / K8b), each with its sizes, its bytes model (the
+folder's ``*_bytes`` functions, the same models the ``benchmarks/`` scripts recorded with) and a
+builder of the op's arguments at one size from the family's seeded ``cases`` module.
+:data:`PLANS` (plan name -> plan) gathers them through the family specs on first use
+(:meth:`dsv4kit.family.FamilySpec.bench_plans`, folders in family order); :func:`run_sweep`
 times, per point and backend, the kernel (the op captured in a CUDA graph and replayed: GPU time
 only), the whole op call (events over back-to-back calls), the eager reference and
 ``torch.compile`` of it, into :class:`dsv4kit.bench_schema.BenchRow` rows.
@@ -36,6 +39,8 @@ from typing import Any
 import torch
 
 __all__ = [
+    "DECODE_SIZES",
+    "ENTRY_BYTES",
     "H200_L2_BYTES",
     "L2_MULTIPLE",
     "PLANS",
@@ -44,22 +49,16 @@ __all__ = [
     "SweepPlan",
     "backend_kernels",
     "bench_median_ms",
-    "c128_compress_bytes",
-    "c128_store_bytes",
-    "c4_compress_bytes",
     "copy_bandwidth_gbs",
-    "dequant_gather_bytes",
     "empty_kernel_us",
+    "family_plans",
     "graph_median_ms",
     "in_request_order",
-    "indexer_q_bytes",
     "no_cuda_for",
     "provenance",
+    "request_batch",
     "run_child",
-    "rowquant_bytes",
     "run_sweep",
-    "save_partial_states_bytes",
-    "store_rows_bytes",
     "select_plans",
     "write_csv",
     "write_json",
@@ -148,8 +147,9 @@ def graph_median_ms(fn: Callable[[], Any], *, rep_ms: int = 200, retries: int = 
     the kernel then read a block table and lengths that still held the previous contents of
     reused allocations, and faulted on an illegal address at the same point of every full run,
     never under ``CUDA_LAUNCH_BLOCKING=1`` (``benchmarks/results/NOTES.md``; reproduced on purpose
-    by ``benchmarks/k3_fault_probe.py``). Here the side stream waits for the caller's stream
-    first, and the caller's stream waits for the side stream at the end.
+    by ``benchmarks/k3_fault_probe.py``, since removed: ``tests/test_bench_harness.py`` holds the
+    ordering). Here the side stream waits for the caller's stream first, and the caller's stream
+    waits for the side stream at the end.
     """
     caller = torch.cuda.current_stream()
     side = torch.cuda.Stream(device=caller.device)
@@ -234,64 +234,6 @@ def backend_kernels(spec: Any, platform: Any, variant: str = "default",
     return out
 
 
-# --------------------------------------------------------------------------- bytes models
-# Every input read once, every output written once (the models of the benchmarks/ scripts; the
-# tests check them against the ``bytes`` column of every recorded run).
-
-
-def indexer_q_bytes(cache_format: str, tokens: int, cos_sin_bytes: int = 4) -> int:
-    """K1 / K2: q (64 x 128 bf16), weights, position, one cos/sin row read; codes, scales written."""
-    t = tokens
-    read = t * 64 * 128 * 2 + t * 64 * 2 + t * 8 + t * 64 * cos_sin_bytes
-    write = t * 64 * 128 + t * 64 * 4 if cache_format == "fp8" else t * 64 * 64 + t * 64 * 4 + t * 64 * 4
-    return read + write
-
-
-def dequant_gather_bytes(nreq: int, rows_per_request: int, block_size: int, has_gather_lens: bool) -> int:
-    """K3: per gathered row 448 code + 128 rope + 7 scale bytes read, 1024 bytes written; one
-    4-byte block-table entry per page touched (a window call touches one page more)."""
-    pages = nreq * (-(-rows_per_request // block_size) + (1 if has_gather_lens else 0))
-    return nreq * rows_per_request * (448 + 128 + 7 + 1024) + 4 * pages
-
-
-def save_partial_states_bytes(state_width: int, compress_ratio: int, tokens: int) -> int:
-    """K4: kv and score rows read, ``min(R, T)`` ape rows, positions and slots; state rows written."""
-    t, sw = tokens, state_width
-    return 4 * (2 * t * sw + min(compress_ratio, t) * sw + 2 * t * sw) + 16 * t
-
-
-#: Bytes of one compressed cache entry per (op, format) of the C4 / C128 store formats.
-ENTRY_BYTES = {"fp8_ds_mla": 584, "bf16": 1024, "e4m3": 512, "fp8": 132, "mxfp4": 68}
-
-
-def c4_compress_bytes(head_size: int, tokens: int, entries: int, entry_bytes: int) -> int:
-    """K5 / K6 / K9: every state row read once (``T * 4 * head`` fp32), every written entry, and
-    the per-token arrays (positions, slots, kv slots int64; token_to_req int32)."""
-    return 4 * tokens * 4 * head_size + entries * entry_bytes + tokens * (3 * 8 + 4)
-
-
-def c128_compress_bytes(tokens: int, boundaries: int) -> int:
-    """K7: 128 state rows of 1024 fp32 per boundary token, the per-token arrays (token_to_req,
-    positions, slots), 512 fp32 written per boundary row."""
-    return boundaries * 128 * 1024 * 4 + tokens * (4 + 8 + 8) + boundaries * 512 * 4
-
-
-def c128_store_bytes(tokens: int, entries: int, entry_bytes: int, norm_weight_bytes: int) -> int:
-    """K8a / K8b: the per-token arrays (positions, slots, kv slots: 24 B), 512 fp32 read per
-    written row, the norm weight once, every written entry."""
-    return tokens * 24 + entries * 512 * 4 + norm_weight_bytes + entries * entry_bytes
-
-
-def store_rows_bytes(tokens: int, entries: int, head_size: int, entry_bytes: int) -> int:
-    """E1-E5: the slots (int64 per row), an fp32 row read and an entry written per live slot."""
-    return tokens * 8 + entries * (head_size * 4 + entry_bytes)
-
-
-def rowquant_bytes(rows: int, cols: int, block: int = 128) -> int:
-    """rowquant: the bf16 matrix read, the e4m3 codes and one fp32 scale per block written."""
-    return rows * cols * 2 + rows * cols + rows * (cols // block) * 4
-
-
 # --------------------------------------------------------------------------- sweep plans
 
 
@@ -334,131 +276,26 @@ class SweepPlan:
         return tuple(dict.fromkeys((*self.decode_sizes, *self.sizes)))
 
 
-def _split(total: int, n: int = 4) -> tuple[int, ...]:
-    """``total`` tokens over ``min(n, total)`` requests, as even as possible."""
-    k = max(1, min(n, total))
-    return tuple(total // k + (1 if i < total % k else 0) for i in range(k))
+#: The decode sizes (tokens per step) swept by the plans with a token-count axis.
+DECODE_SIZES = (1, 8, 64, 256)
+#: Bytes of one compressed cache entry per store format (the C4 / C128 compressors, the store hooks).
+ENTRY_BYTES = {"fp8_ds_mla": 584, "bf16": 1024, "e4m3": 512, "fp8": 132, "mxfp4": 68}
 
 
-def _indexer_q_points(t: int) -> list[Point]:
-    def build(fmt: str) -> Callable[[str], dict[str, Any]]:
-        def make(device: str) -> dict[str, Any]:
-            from dsv4kit.kernels.indexer_q.cases import make_case
+def request_batch(tokens: int, ratio: int, requests: int = 4
+                  ) -> tuple[tuple[int, ...], tuple[int, ...] | None, int]:
+    """A compressor sweep's batch of ``tokens``: ``(lens, starts, closes)``.
 
-            c = make_case(t, torch.float32, seed=t).to(device)
-            names = ("positions", "index_q", "cos_sin_cache", "index_weights")
-            return {**dict(zip(names, c.args(), strict=True)), "cache_format": fmt}
-
-        return make
-
-    return [Point("indexer_q", f"indexer_q/{fmt}", "", t, indexer_q_bytes(fmt, t), build(fmt))
-            for fmt in ("fp8", "mxfp4")]
-
-
-#: K3 keys swept: (block size, has gather_lens), and the requests a point's rows are spread over.
-DEQUANT_KEYS = ((256, True), (64, False), (2, False))
-DEQUANT_NREQ = 16
-
-
-def _dequant_points(rows: int) -> list[Point]:
-    nreq = min(DEQUANT_NREQ, rows)
-    per = rows // nreq
-
-    def build(bs: int, with_g: bool) -> Callable[[str], dict[str, Any]]:
-        def make(device: str) -> dict[str, Any]:
-            return dequant_gather_inputs(nreq, per, bs, with_g, device, seed=nreq * 7 + per)
-
-        return make
-
-    return [Point("dequant_gather", "dequant_gather",
-                  f"block_size={bs} {'gather_lens' if g else 'no gather_lens'} nreq={nreq}", nreq * per,
-                  dequant_gather_bytes(nreq, per, bs, g), build(bs, g)) for bs, g in DEQUANT_KEYS]
-
-
-def dequant_gather_inputs(nreq: int, rows: int, bs: int, with_g: bool, device: str, seed: int = 0
-                          ) -> dict[str, Any]:
-    """K3 arguments of one point (``benchmarks/dequant_gather.py``'s sweep inputs): ``rows`` rows
-    per request of random entries; a window call reads the last ``rows`` of ``rows + 1000`` at
-    offset 64, a compressed call all ``rows`` at offset 0."""
-    from dsv4kit.formats.ds_mla import allocate_ds_cache, ds_page_regions
-
-    gen = torch.Generator(device=device).manual_seed(seed)
-    length = rows + 1000 if with_g else rows
-    blocks = -(-length // bs)
-    num_pages = nreq * blocks + 1
-    cache = allocate_ds_cache(num_pages, bs, fill=0xA5, device=device)
-    data, scales = ds_page_regions(cache)
-
-    def ints(lo: int, hi: int, n: int) -> torch.Tensor:
-        return torch.randint(lo, hi, (num_pages, bs, n), generator=gen, device=device, dtype=torch.int32)
-
-    data[:, :, :448] = (ints(0, 0x7F, 448) | (ints(0, 2, 448) << 7)).to(torch.uint8)
-    data[:, :, 448:] = ints(0, 256, 128).to(torch.uint8)
-    scales[:, :, :7] = ints(105, 255, 7).to(torch.uint8)
-    scales[:, :, 7] = 0
-    perm = torch.randperm(num_pages, generator=gen, device=device)[: nreq * blocks]
-    offset = 64 if with_g else 0
-    return {"out": torch.empty((nreq, offset + rows, 512), dtype=torch.bfloat16, device=device),
-            "k_cache": cache, "seq_lens": torch.full((nreq,), length, dtype=torch.int32, device=device),
-            "gather_lens": torch.full((nreq,), rows, dtype=torch.int32, device=device) if with_g else None,
-            "block_table": perm.view(nreq, blocks).to(torch.int32).contiguous(), "block_size": bs,
-            "offset": offset}
-
-
-#: The DSv4-Flash K4 configs: (state width, compress ratio, state block size).
-K4_CONFIGS = ((1024, 4, 4), (512, 128, 8), (256, 4, 4))
-
-
-def save_partial_states_inputs(cfg: tuple[int, int, int], t: int, device: str, seed: int = 0
-                               ) -> dict[str, Any]:
-    """K4 arguments of one point: kv / score column slices of one ``[T, 2 SW]`` buffer, a state
-    cache with one spare block, block-shuffled slots (``benchmarks/save_partial_states.py``)."""
-    from dsv4kit.formats.state_cache import allocate_state_cache
-
-    sw, r, sbs = cfg
-    g = torch.Generator(device=device).manual_seed(seed)
-    kv_score = torch.randn(t, 2 * sw, device=device, generator=g)
-    nsb = -(-t // sbs) + 1
-    blocks = torch.randperm(nsb, device=device, generator=g)
-    tok = torch.arange(t, device=device)
-    return {"kv": kv_score[:, :sw], "score": kv_score[:, sw:],
-            "ape": torch.randn(r, sw, device=device, generator=g),
-            "positions": torch.arange(t, device=device, dtype=torch.int64) + 7,
-            "state_cache": allocate_state_cache(nsb, sbs, sw, device=device),
-            "slot_mapping": (blocks[tok // sbs] * sbs + tok % sbs).to(torch.int64),
-            "state_block_size": sbs, "state_width": sw, "compress_ratio": r}
-
-
-def _k4_points(t: int) -> list[Point]:
-    def build(cfg: tuple[int, int, int]) -> Callable[[str], dict[str, Any]]:
-        return lambda device: save_partial_states_inputs(cfg, t, device, seed=t)
-
-    return [Point("save_partial_states", "save_partial_states", f"SW={sw} R={r} sbs={sbs} layout=slices", t,
-                  save_partial_states_bytes(sw, r, t), build((sw, r, sbs))) for sw, r, sbs in K4_CONFIGS]
-
-
-#: C4 points: (op, make_case keywords, config label, head size, entry bytes).
-C4_POINTS = (
-    ("c4_compress_ds_mla", {}, "", 512, ENTRY_BYTES["fp8_ds_mla"]),
-    ("c4_compress_plain", {}, "", 512, ENTRY_BYTES["bf16"]),
-    ("c4_compress_plain", {"fp8_scale": 0.5}, "fp8_scale=0.5", 512, ENTRY_BYTES["e4m3"]),
-    ("indexer_compress", {"use_fp4": False}, "use_fp4=False", 128, ENTRY_BYTES["fp8"]),
-    ("indexer_compress", {"use_fp4": True}, "use_fp4=True", 128, ENTRY_BYTES["mxfp4"]),
-)
-
-
-def _decode_starts(lens: tuple[int, ...], ratio: int, tokens: int) -> tuple[int, ...] | None:
-    """At decode sizes (``tokens <= 256``): starts past the first windows such that each request's
-    last token closes a window (a decode step that writes); None (start at 0) above."""
-    if tokens > 256:
-        return None
-    return tuple(ratio * (-(-(n + 2 * ratio) // ratio)) - n for n in lens)
-
-
-def _boundaries(lens: tuple[int, ...], starts: tuple[int, ...] | None, ratio: int) -> int:
-    """Tokens closing a window: positions p with ``(p + 1) % ratio == 0``."""
-    starts = starts or tuple(0 for _ in lens)
-    return sum((s + n) // ratio - s // ratio for s, n in zip(starts, lens, strict=True))
+    ``lens``: the tokens over ``min(requests, tokens)`` requests, as even as possible. ``starts``:
+    at decode sizes (``tokens <= 256``) each request's first position, past its first windows and
+    such that its last token closes a window (a decode step that writes); None (start at 0) above.
+    ``closes``: the tokens closing a window of ``ratio`` (positions p with ``(p + 1) % ratio == 0``).
+    """
+    k = max(1, min(requests, tokens))
+    lens = tuple(tokens // k + (1 if i < tokens % k else 0) for i in range(k))
+    starts = None if tokens > 256 else tuple(ratio * (-(-(n + 2 * ratio) // ratio)) - n for n in lens)
+    closes = sum((s + n) // ratio - s // ratio for s, n in zip(starts or (0,) * k, lens, strict=True))
+    return lens, starts, closes
 
 
 #: Per-token arrays of the compressor ops (what :func:`in_request_order` sorts).
@@ -473,147 +310,53 @@ def in_request_order(args: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (v[order].contiguous() if k in _PER_TOKEN and v is not None else v) for k, v in args.items()}
 
 
-def _c4_points(t: int) -> list[Point]:
-    lens = _split(t)
-    starts = _decode_starts(lens, 4, t)
-    entries = _boundaries(lens, starts, 4)
+def family_plans() -> dict[str, SweepPlan]:
+    """Every family's sweep plans by plan name: the ``PLANS`` of each kernel folder's ``bench.py``
+    (:meth:`dsv4kit.family.FamilySpec.bench_plans`), folders in family order."""
+    from dsv4kit.kernels import families
 
-    def build(op: str, kw: dict[str, Any]) -> Callable[[str], dict[str, Any]]:
-        def make(device: str) -> dict[str, Any]:
-            from dsv4kit.kernels.c4_compress.cases import make_case
-
-            case = make_case(op, lens=lens, starts=starts, kv_bs=64, padding=False, seed=t, **kw)
-            return in_request_order(case.fresh(device).args)
-
-        return make
-
-    return [Point(op, op, cfg, t, c4_compress_bytes(head, t, entries, eb), build(op, kw))
-            for op, kw, cfg, head, eb in C4_POINTS]
+    plans: dict[str, SweepPlan] = {}
+    for spec in families():
+        for plan in spec.bench_plans():
+            plans.setdefault(plan.name, plan)
+    return plans
 
 
-def _c128_points(t: int) -> list[Point]:
-    lens = _split(t)
-    starts = _decode_starts(lens, 128, t)
-
-    def make(device: str) -> dict[str, Any]:
-        from dsv4kit.kernels.c128_compress.cases import make_k7_case
-
-        case = make_k7_case(lens=lens, starts=starts, padding=False, seed=t)
-        return in_request_order(case.fresh(device).args)
-
-    nbytes = c128_compress_bytes(t, _boundaries(lens, starts, 128))
-    return [Point("c128_compress", "c128_compress", "", t, nbytes, make)]
+#: Every family's sweep plans by plan name (:func:`family_plans`, read on first use).
+PLANS: dict[str, SweepPlan]
 
 
-#: K8 sweep points: (op, case keywords, config, entry format).
-K8_POINTS = (
-    ("c128_norm_rope_store_ds_mla", {}, "", "fp8_ds_mla"),
-    ("c128_norm_rope_store_plain", {}, "bf16", "bf16"),
-    ("c128_norm_rope_store_plain", {"fp8_scale": 0.5}, "fp8_scale=0.5", "e4m3"),
-)
+def __getattr__(name: str) -> Any:
+    # PLANS is read from the family folders on first use: importing this module (every GPU script
+    # does, for provenance) imports no family.
+    if name == "PLANS":
+        plans = globals()["PLANS"] = family_plans()
+        return plans
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _k8_points(t: int) -> list[Point]:
-    boundaries = max(1, t // 128)   # one token in 128 closes a window
-
-    def build(op: str, kw: dict[str, Any]) -> Callable[[str], dict[str, Any]]:
-        def make(device: str) -> dict[str, Any]:
-            from dsv4kit.kernels.c128_compress.cases import make_k8_case
-
-            case = make_k8_case(op, t=t, boundaries=boundaries, kv_bs=64, padding=False, seed=t, **kw)
-            return dict(case.fresh(device).args)
-
-        return make
-
-    out = []
-    for op, kw, cfg, fmt in K8_POINTS:
-        make = build(op, kw)
-        a = make("cpu")             # the written entries and the norm weight's bytes, from the case
-        entries = int(((a["slot_mapping"] >= 0) & ((a["positions"] + 1) % 128 == 0)
-                       & (a["kv_slot_mapping"] >= 0)).sum())
-        w = a["rms_norm_weight"]
-        nbytes = c128_store_bytes(t, entries, ENTRY_BYTES[fmt], w.numel() * w.element_size())
-        out.append(Point(op, op, cfg, t, nbytes, make))
-    return out
-
-
-#: Store-hook sweep points: (op, case keywords, config, head size, entry format).
-STORE_POINTS = (
-    ("store_rows_ds", {}, "", 512, "fp8_ds_mla"),
-    ("store_rows_plain", {}, "bf16", 512, "bf16"),
-    ("store_rows_plain", {"fp8_scale": 0.5}, "fp8_scale=0.5", 512, "e4m3"),
-    ("store_rows_indexer", {"use_fp4": False}, "use_fp4=False", 128, "fp8"),
-    ("store_rows_indexer", {"use_fp4": True}, "use_fp4=True", 128, "mxfp4"),
-)
-
-
-def _store_points(t: int) -> list[Point]:
-    def build(op: str, kw: dict[str, Any]) -> Callable[[str], dict[str, Any]]:
-        def make(device: str) -> dict[str, Any]:
-            from dsv4kit.kernels.encoders.cases import make_case
-
-            return dict(make_case(op, t, kv_bs=64, seed=t, **kw).fresh(device).args)
-
-        return make
-
-    from dsv4kit.kernels.encoders.cases import written_rows
-
-    return [Point(op, op, cfg, t, store_rows_bytes(t, written_rows(t), head, ENTRY_BYTES[fmt]), build(op, kw))
-            for op, kw, cfg, head, fmt in STORE_POINTS]
-
-
-def _rowquant_points(m: int) -> list[Point]:
-    n = 4096
-
-    def make(device: str) -> dict[str, Any]:
-        from dsv4kit.kernels.rowquant.cases import regime
-
-        return {"x": regime("normal", m, n, seed=m).to(device=device, dtype=torch.bfloat16)}
-
-    return [Point("rowquant", "rowquant", f"n_cols={n}", m, rowquant_bytes(m, n), make)]
-
-
-_DECODE = (1, 8, 64, 256)
-#: Every family with a sweep, by plan name (``c128_store``: K8a / K8b; ``store_rows``: E1-E5).
-PLANS: dict[str, SweepPlan] = {p.name: p for p in (
-    SweepPlan("indexer_q", ("indexer_q",), (1024, 8192, 65536), _indexer_q_points, _DECODE,
-              hash_family="indexer_q"),
-    SweepPlan("dequant_gather", ("dequant_gather",), (2048, 16384, 65536, 262144, 1048576), _dequant_points,
-              size_axis="rows gathered (16 requests)", hash_family="dequant_gather"),
-    SweepPlan("save_partial_states", ("save_partial_states",), (4096, 16384, 65536), _k4_points, _DECODE,
-              hash_family="save_partial_states"),
-    SweepPlan("c4_compress", ("c4_compress_ds_mla", "c4_compress_plain", "indexer_compress"),
-              (4096, 16384, 65536, 262144), _c4_points, _DECODE, hash_family="c4_compress"),
-    SweepPlan("c128_compress", ("c128_compress",), (4096, 16384, 65536), _c128_points, _DECODE,
-              hash_family="c128_compress"),
-    SweepPlan("c128_store", ("c128_norm_rope_store_ds_mla", "c128_norm_rope_store_plain"),
-              (4096, 16384, 65536), _k8_points, _DECODE, hash_family="c128_compress",
-              in_l2_why="one 128-token block in, one cache row out: 2 MB at T = 65536; latency-bound at "
-                        "every T a step sees"),
-    SweepPlan("store_rows", ("store_rows_ds", "store_rows_plain", "store_rows_indexer"),
-              (16384, 65536, 524288), _store_points, _DECODE, hash_family="encoders"),
-    SweepPlan("rowquant", ("rowquant",), (1024, 8192, 65536), _rowquant_points,
-              size_axis="rows (4096 columns)", hash_family="rowquant"),
-)}
+def _plans() -> dict[str, SweepPlan]:
+    return globals()["PLANS"] if "PLANS" in globals() else __getattr__("PLANS")
 
 
 def select_plans(names: Sequence[str] | None) -> list[SweepPlan]:
     """The plans for ``names`` (plan names or family names; None: every plan), in :data:`PLANS`
     order. ValueError naming what is known when a name has no plan."""
+    plans = _plans()
     if not names:
-        return list(PLANS.values())
+        return list(plans.values())
     from dsv4kit.kernels import FAMILY_NAMES
 
     chosen: list[str] = []
     for n in names:
-        plan = n if n in PLANS else next((p.name for p in PLANS.values() if n in p.families), None)
+        plan = n if n in plans else next((p.name for p in plans.values() if n in p.families), None)
         if plan is None:
             why = "a registered family without a sweep plan yet" if n in FAMILY_NAMES else "not a family"
             raise ValueError(f"--family {n}: {why}; families with a sweep: "
                              + ", ".join(f"{p.name} ({', '.join(p.families)})" if p.families != (p.name,)
-                                         else p.name for p in PLANS.values()))
+                                         else p.name for p in plans.values()))
         chosen.append(plan)
-    return [PLANS[n] for n in PLANS if n in chosen]
+    return [plans[n] for n in plans if n in chosen]
 
 
 # --------------------------------------------------------------------------- the sweep

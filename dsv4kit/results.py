@@ -49,6 +49,9 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 # Kernel sources shared by every family, relative to the package directory.
 _SHARED_SOURCES = ("kernels/triton_numerics.py", "kernels/cute_numerics.py")
+# Files of a kernel folder that no kernel is built from: the folder's sweep plans (``bench.py``:
+# sizes and bytes models of ``dsv4kit bench``), so that a change of sweep points stales no record.
+_NOT_KERNEL_SOURCE = frozenset({"bench.py"})
 _KERNEL_IMPORT = re.compile(r"^\s*(?:from|import)\s+dsv4kit\.kernels\.([a-z_0-9]+)", re.MULTILINE)
 _VERSION_KEYS = ("python", "torch", "triton", "nvidia-cutlass-dsl", "apache-tvm-ffi", "cuda")
 # Top-level fields that are provenance in a record without a "provenance" object.
@@ -105,6 +108,8 @@ def _imported_folders(folder: Path) -> set[str]:
     or ``import dsv4kit.kernels.<x>`` statements; a mention in a docstring is not an import)."""
     names = set()
     for f in folder.rglob("*.py"):
+        if f.name in _NOT_KERNEL_SOURCE:
+            continue
         names.update(_KERNEL_IMPORT.findall(f.read_text(encoding="utf-8")))
     return {n for n in names if (folder.parent / n / "__init__.py").is_file()} - {folder.name}
 
@@ -113,8 +118,9 @@ def kernel_source_files(family: str, package_dir: Path | None = None) -> list[st
     """The files :func:`kernel_source_hash` covers, relative to the package directory, sorted.
 
     Every ``.py`` file under the family's folder ``kernels/<folder>/`` and under every kernel
-    folder it imports (transitively: the C4 compressors' hash covers the encoders they call),
-    ``kernels/triton_numerics.py``, ``kernels/cute_numerics.py`` and ``backends/*.py``.
+    folder it imports (transitively: the C4 compressors' hash covers the encoders they call), but
+    their sweep plans (``bench.py``); ``kernels/triton_numerics.py``, ``kernels/cute_numerics.py``
+    and ``backends/*.py``.
     ``family`` is a family name or a folder name.
     """
     pkg = package_dir or PACKAGE_DIR
@@ -124,7 +130,8 @@ def kernel_source_files(family: str, package_dir: Path | None = None) -> list[st
         if folder.name not in seen:
             seen.add(folder.name)
             todo += [folder.parent / n for n in _imported_folders(folder)]
-    files = [f for name in seen for f in (pkg / "kernels" / name).rglob("*.py")]
+    files = [f for name in seen for f in (pkg / "kernels" / name).rglob("*.py")
+             if f.name not in _NOT_KERNEL_SOURCE]
     files += [*(pkg / "backends").glob("*.py"), *(pkg / s for s in _SHARED_SOURCES)]
     return sorted({f.relative_to(pkg).as_posix() for f in files if f.is_file()})
 

@@ -9,8 +9,9 @@ interpreter, on the small cases (CuTeDSL kernels run only on a GPU).
 A battery is a family's seeded cases (its ``cases.py``) as op arguments by name; families whose
 kernels follow a rounding rule rather than bit-identity (the compressors, spec §2.12) also give
 the rule's judge, so a case passes when bit-identical or judged correct, and the verdict counts
-both. The GPU check scripts of ``benchmarks/`` keep their deeper extras (timings, YaRN caches,
-long traces); this command is the one a user runs on their card.
+both. This command is the one a user runs on their card; the bandwidth is ``dsv4kit bench``, and
+the cases these batteries do not run yet (the C4 and C128 compressors' large, padded and chained
+cases) are ``benchmarks/``'s two compressor checks (``benchmarks/README.md``).
 """
 
 from __future__ import annotations

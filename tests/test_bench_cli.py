@@ -11,6 +11,8 @@ import torch
 
 from dsv4kit import bench, bench_cli
 from dsv4kit.bench_schema import SCHEMA, make_row, read_results
+from dsv4kit.kernels.indexer_q.bench import indexer_q_bytes
+from dsv4kit.kernels.rowquant.bench import rowquant_bytes
 
 ROWQUANT_KEY = ["n_cols=512", "x_stride_class=div16", "rows_per_program=1"]
 
@@ -55,6 +57,34 @@ def test_a_family_without_a_plan_is_named(monkeypatch, capsys):
         bench.select_plans(["store_rows_ds"])
     assert bench_cli.main(["bench", "--family", "store_rows_plain"]) == 2
     assert "without a sweep plan" in capsys.readouterr().err
+
+
+def test_plans_are_the_family_folders_plans():
+    """PLANS gathers each folder's ``bench.py`` PLANS through the specs; every family is timed by
+    exactly one plan, of its own folder."""
+    from dsv4kit.kernels import FAMILY_FOLDERS, families
+
+    assert bench.family_plans() == bench.PLANS
+    owner = {}
+    for spec in families():
+        mine = [p for p in spec.bench_plans() if spec.name in p.families]
+        assert len(mine) == 1, spec.name
+        owner[spec.name] = mine[0].name
+        for p in spec.bench_plans():
+            assert bench.PLANS[p.name] is p
+            assert {FAMILY_FOLDERS[f] for f in p.families} == {spec.folder or spec.name}, p.name
+    assert sorted(owner) == sorted(FAMILY_FOLDERS)
+
+
+def test_the_op_path_imports_no_sweep_and_the_harness_no_family():
+    import subprocess
+    import sys
+
+    for code in ("import sys, dsv4kit.ops; assert not [m for m in sys.modules if m.startswith('dsv4kit') "
+                 "and m.endswith('.bench')]",
+                 "import sys, dsv4kit.bench; "
+                 "assert not [m for m in sys.modules if m.startswith('dsv4kit.kernels.')]"):
+        subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_every_plan_builds_valid_op_arguments_on_cpu():
@@ -151,7 +181,7 @@ def test_run_sweep_rows_from_fake_timings(monkeypatch):
         ("triton", "kernel (graph replay)"), ("triton", "op"), ("torch", "reference (eager, validated)")]
     assert seen == [True, False, False] * 2  # the kernel row is the graph-replayed one
     k = res.rows[3]
-    assert k.bytes == bench.rowquant_bytes(8, 4096) and k.median_us == 10.0
+    assert k.bytes == rowquant_bytes(8, 4096) and k.median_us == 10.0
     assert k.GBps == pytest.approx(k.bytes / 10e-6 / 1e9)
     assert k.fraction_of_copy == pytest.approx(k.GBps / 4000)
     assert [(d.size, d.kernel_us, d.over_empty_us) for d in res.decode] == [(1, 10.0, 9.5)]
@@ -161,7 +191,7 @@ def test_run_sweep_rows_from_fake_timings(monkeypatch):
 
 
 def test_cmd_bench_writes_json_csv_plot(monkeypatch, tmp_path, capsys):
-    rows = [make_row("indexer_q", "indexer_q/fp8", b, v, t, bench.indexer_q_bytes("fp8", t), us, 4000.0)
+    rows = [make_row("indexer_q", "indexer_q/fp8", b, v, t, indexer_q_bytes("fp8", t), us, 4000.0)
             for t in (1, 65536) for b in ("triton", "cutedsl")
             for v, us in (("kernel (graph replay)", 2.0 + t / 200), ("op", 40.0 + t / 190))]
     prov = {"device": "fake GPU", "commit": "abc", "kernel_source_hash": {"indexer_q": "h"}}

@@ -1,5 +1,6 @@
 """dsv4kit.bench_schema: every recorded benchmark file converts to the one schema, value for value;
-dsv4kit.bench: the sweep plans' bytes models reproduce the recorded ``bytes`` columns."""
+the sweep plans' bytes models (each family folder's ``bench.py``) reproduce the recorded ``bytes``
+columns."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ from dsv4kit.bench_schema import (
     rows_from_dicts,
     write_rows_csv,
 )
+from dsv4kit.kernels.dequant_gather.bench import dequant_gather_bytes
+from dsv4kit.kernels.indexer_q.bench import indexer_q_bytes
+from dsv4kit.kernels.rowquant.bench import rowquant_bytes
+from dsv4kit.kernels.save_partial_states.bench import save_partial_states_bytes
 from dsv4kit.results import results_dir
 
 ROOT = results_dir()
@@ -165,7 +170,7 @@ def test_rowquant_and_encoders():
     # The bytes model agrees with the recorded GB/s within half a unit of the median's last
     # recorded digit (0.0372 ms: 1.3e-3 relative).
     for r in rq.rows:
-        gbps = bench.rowquant_bytes(8192, 4096) / (r.median_us * 1e-6) / 1e9
+        gbps = rowquant_bytes(8192, 4096) / (r.median_us * 1e-6) / 1e9
         assert gbps == pytest.approx(r.GBps, rel=0.05 / r.median_us)
     enc = recorded_run("encoders_h200/encoders_gpu_check.json", ROOT)
     assert enc.rows == () and "no timings" in enc.note
@@ -226,13 +231,13 @@ def test_recorded_files_untouched():
 def test_bytes_models_reproduce_recorded_bytes():
     q = recorded_run("indexer_q_h200.json", ROOT)
     for r in q.rows:
-        assert bench.indexer_q_bytes(r.kernel.split("/")[1], r.size) == r.bytes
+        assert indexer_q_bytes(r.kernel.split("/")[1], r.size) == r.bytes
     for s in _csv(ROOT / "dequant_gather" / "bandwidth.csv"):
-        assert bench.dequant_gather_bytes(int(s["nreq"]), int(s["rows_per_request"]), int(s["block_size"]),
-                                          s["has_gather_lens"] == "True") == int(s["bytes"])
+        assert dequant_gather_bytes(int(s["nreq"]), int(s["rows_per_request"]), int(s["block_size"]),
+                                    s["has_gather_lens"] == "True") == int(s["bytes"])
     for s in _csv(ROOT / "save_partial_states_h200" / "save_partial_states.csv"):
-        assert bench.save_partial_states_bytes(int(s["state_width"]), int(s["compress_ratio"]),
-                                               int(s["T"])) == int(s["bytes"])
+        assert save_partial_states_bytes(int(s["state_width"]), int(s["compress_ratio"]),
+                                         int(s["T"])) == int(s["bytes"])
 
 
 def test_plans_reproduce_recorded_bytes():

@@ -86,7 +86,8 @@ def test_results_dir_none_found(tmp_path):
 def test_kernel_source_hash_definition(tmp_path):
     """The definition benchmark scripts record: stated here once more, byte for byte."""
     pkg = fake_package(tmp_path)
-    files = sorted([*(p.relative_to(pkg).as_posix() for p in (pkg / "kernels" / "indexer_q").rglob("*.py")),
+    files = sorted([*(p.relative_to(pkg).as_posix() for p in (pkg / "kernels" / "indexer_q").rglob("*.py")
+                      if p.name != "bench.py"),
                     *(p.relative_to(pkg).as_posix() for p in (pkg / "backends").glob("*.py")),
                     "kernels/triton_numerics.py", "kernels/cute_numerics.py"])
     assert kernel_source_files("indexer_q", pkg) == files
@@ -117,7 +118,7 @@ def test_kernel_source_hash_changes(tmp_path, edit):
 
 
 @pytest.mark.parametrize("edit", ["kernels/dequant_gather/reference.py", "kernels/indexer_q/NOTES.md",
-                                  "jit/kernel.py"])
+                                  "jit/kernel.py", "kernels/indexer_q/bench.py"])
 def test_kernel_source_hash_ignores_other_files(tmp_path, edit):
     pkg = fake_package(tmp_path)
     before = kernel_source_hash("indexer_q", pkg)

@@ -10,6 +10,8 @@ A family is one folder, ``dsv4kit/kernels/<name>/``, with the same files as ever
 ``triton.py``       the Triton kernel class(es)
 ``cutedsl.py``      the CuTeDSL kernel class(es)
 ``cases.py``        seeded test cases (tests, notebooks and GPU scripts use the same ones)
+``bench.py``        ``PLANS``, the folder's sweeps of ``dsv4kit bench`` (:class:`dsv4kit.bench.SweepPlan`:
+                    sizes, bytes model, arguments from ``cases``), and its ``*_bytes`` models
 ``__init__.py``     the public names: the op, the reference, the spec
 ==================  =========================================================================
 
@@ -392,6 +394,12 @@ class FamilySpec:
         prog = type(kernel)._dispatch_program
         return kernel.dispatch(**{p: args[p] for p in prog.params if p in args})  # type: ignore[union-attr]
 
+    # ------------------------------------------------------------------ the sweep
+    def bench_plans(self) -> tuple[Any, ...]:
+        """The ``PLANS`` of the folder's ``bench.py``: its :class:`dsv4kit.bench.SweepPlan` s, this
+        family's among them (imported on first use: the op path never imports a sweep)."""
+        return tuple(importlib.import_module(f"{self.package}.bench").PLANS)
+
     # ------------------------------------------------------------------ completeness
     def missing(self) -> list[str]:
         """What a complete family lacks (empty when complete): used by the test of every spec."""
@@ -416,6 +424,11 @@ class FamilySpec:
             importlib.import_module(f"{self.package}.cases")
         except ImportError:
             out.append("cases module")
+        try:
+            if not any(self.name in p.families for p in self.bench_plans()):
+                out.append("bench.py: no plan in PLANS times this family")
+        except (ImportError, AttributeError) as exc:
+            out.append(f"bench.py: PLANS ({exc})")
         for a in self.args:
             if a.kind == "tensor" and not (a.shape and a.dtypes):
                 out.append(f"arg {a.name}: shape and dtypes")

@@ -26,8 +26,9 @@ from dsv4kit.platform import cpu_platform
 
 SPECS = families()
 KERNELS = Path(dsv4kit.ops.__file__).parent / "kernels"
-#: The files every family folder has, and no family has more (spec.py: contract + SPEC).
-LAYOUT = {"__init__.py", "spec.py", "reference.py", "triton.py", "cutedsl.py", "cases.py"}
+#: The files every family folder has, and no family has more (spec.py: contract + SPEC; bench.py:
+#: the folder's sweep plans and bytes models).
+LAYOUT = {"__init__.py", "spec.py", "reference.py", "triton.py", "cutedsl.py", "cases.py", "bench.py"}
 #: A config whose warmup keys are not empty, where the default (DSv4-Flash) warms none.
 EXAMPLE_CONFIG = {"c4_compress_plain": C4CompressConfig(cache_dtype="bfloat16"),
                   "c128_norm_rope_store_plain": C128CompressConfig(cache_dtype="bfloat16")}

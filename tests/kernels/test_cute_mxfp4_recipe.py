@@ -5,8 +5,7 @@ emulates each PTX instruction of the recipes (integer ops on uint32, ``prmt.b32`
 arithmetic as exact float64 values rounded once to bf16, RNE with subnormals, as sm_90 does:
 bf16 ``mul`` / ``fma`` have no ``.ftz``), in the same order as the CuTeDSL code, line for line.
 
-The GPU bytes themselves: ``benchmarks/indexer_q_gpu_check.py`` and
-``benchmarks/encoders_gpu_check.py``.
+The GPU bytes themselves: ``dsv4kit verify --families indexer_q,store_rows_indexer`` on a GPU.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The GPU compile of each backend is read ahead of time, as warmup compiles it: ev
 bytes goes through one ``cvt.rn.f16x2.e4m3x2`` (SASS ``F2FP.F16.E4M3.UNPACK_B``), each f16 is
 widened exactly (``cvt.f32.f16``) and scaled by one ``mul.rn.f32``, and nothing is left of the
 integer decode the kernels had before (an integer -> float conversion for the subnormals,
-``I2F``). Bit-exactness on the GPU is ``benchmarks/dequant_gather_gpu_check.py``'s; the Triton
+``I2F``). Bit-exactness on the GPU is ``dsv4kit verify --families dequant_gather``'s; the Triton
 interpreter's is ``test_dequant_gather_numerics.py``'s (the exhaustive byte x scale-byte table).
 """
 

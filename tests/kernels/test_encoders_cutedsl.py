@@ -3,7 +3,7 @@ sm_90a (one compile per key, no FMA, the documented vector stores and shuffles),
 arguments line up with the fakes, CPU tensors are refused, and a compressor-style kernel can call
 :func:`~dsv4kit.kernels.encoders.cutedsl.encode_store` on a row it computed in registers.
 
-Bytes are compared with the reference only on a GPU: ``benchmarks/encoders_gpu_check.py``.
+Bytes are compared with the reference only on a GPU: ``dsv4kit verify`` (the store hooks' batteries).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 integer recipes of :mod:`dsv4kit.kernels.triton_numerics` (which the CPU tests compare with the
 reference byte for byte; ``tests/backends/test_rowquant_hw_cvt.py`` checks that RNE and the
 recipe agree on every value the cast can get). The GPU half is read here from sm_90a PTX; its
-bytes are compared with the reference on a GPU by ``benchmarks/encoders_gpu_check.py``."""
+bytes are compared with the reference on a GPU by ``dsv4kit verify``."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ K2's E2M1 codes come from fp32 arithmetic that both run alike (``triton_numerics
 which E5 shares). Here: the casts and not the recipes in the sm_90a PTX, the interpreter's switch,
 and K2 bit for bit against the reference on every bf16 pattern (the E2M1 step alone, on every
 value it can be handed, is in ``test_triton_numerics.py``). The GPU bytes themselves are checked
-by ``benchmarks/indexer_q_gpu_check.py``."""
+by ``dsv4kit verify --families indexer_q``."""
 
 from __future__ import annotations
 
