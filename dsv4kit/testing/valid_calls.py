@@ -53,7 +53,8 @@ VALID: dict[str, Callable[[FamilySpec], dict[str, Any]]] = {
 SIZED: dict[str, Callable[[FamilySpec, int], dict[str, Any]]] = {
     "save_partial_states": lambda spec, n: k4_case((256, 4, 4), n, seed=n).kwargs(),
     "indexer_q": lambda spec, n: bound(spec, iq_case(n, seed=n).args()),
-    "dequant_gather": lambda spec, n: bound(spec, k3_case([8 + n, 3], [4, 3], block_size=16, seed=n).args()),
+    "dequant_gather": lambda spec, n: bound(spec, k3_case([8 + n, 3], [4 + n, 3], block_size=16,
+                                                          seed=n).args()),
     "rowquant": lambda spec, n: {"x": regime("normal", n, 256, seed=n)},
     "c4_compress_ds_mla": lambda spec, n: c4_case(spec.name, lens=(n,), seed=n).fresh().args,
     "c4_compress_plain": lambda spec, n: c4_case(spec.name, lens=(n,), fp8_scale=0.5, seed=n).fresh().args,
