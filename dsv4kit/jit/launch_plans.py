@@ -344,18 +344,37 @@ def _share_pattern(bases: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(first.setdefault(b, i) for i, b in enumerate(bases))
 
 
+#: Scalar types whose recorded value a call matches by exact type and ``==`` (tuple comparison in
+#: C); a float only where the recorded value is not a zero (whose sign ``==`` cannot tell).
+_PLAIN = (int, str, bool, type(None), torch.dtype, float)
+
+
+def _tuple_getter(positions: list[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """``itemgetter`` that returns a tuple for one position too."""
+    if len(positions) == 1:
+        j = positions[0]
+        return lambda vals: (vals[j],)
+    return operator.itemgetter(*positions)
+
+
 def _make_guard(sig: SignatureGuard, check: Callable[..., bool]) -> Callable[..., Any]:
     """The closure :meth:`SignatureGuard.bind` returns (see the class docstring)."""
-    nargs, keys, scalars = sig._nargs, sig._keys, sig._scalars
+    nargs, keys = sig._nargs, tuple(sig._keys)
     pick = operator.itemgetter(*sig._tensors) if sig._tensors else None
     single = len(sig._tensors) == 1
+    plain = [(j, tp, want) for j, tp, want, sign in sig._scalars if tp in _PLAIN and sign is None]
+    others = tuple(x for x in sig._scalars if not (x[1] in _PLAIN and x[3] is None))
+    pick_plain = _tuple_getter([j for j, _, _ in plain]) if plain else None
+    plain_types = tuple(tp for _, tp, _ in plain)
+    plain_values = tuple(want for _, _, want in plain)
     offsets, align, delta, share, apart = sig._offsets, sig._align, sig._base_delta, sig._share, sig._apart
     n = len(offsets)
     order = sig.order
     offset_of, ptr_of, sub = torch.Tensor.storage_offset, torch.Tensor.data_ptr, operator.sub
+    mod32 = (31).__rand__
 
     def guard(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[torch.Tensor] | None:
-        if len(args) != nargs or (list(kwargs) != keys if keys else kwargs):
+        if len(args) != nargs or (tuple(kwargs) != keys if keys else kwargs):
             return None
         vals = args + tuple(kwargs.values()) if keys else args
         try:
@@ -363,7 +382,12 @@ def _make_guard(sig: SignatureGuard, check: Callable[..., bool]) -> Callable[...
             ts = () if pick is None else (pick(vals),) if single else pick(vals)
             if ts and not check(*ts):
                 return None
-            for j, tp, want, sign in scalars:
+            if pick_plain is not None:
+                got = pick_plain(vals)
+                # types first: a tensor where an int was would compare elementwise
+                if tuple(map(type, got)) != plain_types or got != plain_values:
+                    return None
+            for j, tp, want, sign in others:
                 if not _scalar_ok(tp, want, sign, vals[j]):
                     return None
             if not ts:
@@ -371,7 +395,7 @@ def _make_guard(sig: SignatureGuard, check: Callable[..., bool]) -> Callable[...
             if tuple(map(offset_of, ts)) != offsets:
                 return None
             ptrs = tuple(map(ptr_of, ts))
-            if any(d & 31 for d in map(sub, ptrs, align)):  # p - a = 0 (mod 32) for every tensor
+            if any(map(mod32, map(sub, ptrs, align))):  # p - a = 0 (mod 32) for every tensor
                 return None
             bases = tuple(map(sub, ptrs, delta))  # the offsets are checked: these are the storage bases
             if (len(set(bases)) != n) if apart else (_share_pattern(bases) != share):
