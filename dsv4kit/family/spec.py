@@ -28,6 +28,7 @@ import importlib
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -40,7 +41,7 @@ from dsv4kit.jit.launch_plans import _STATE, PlanTable, by_identity, launch_sign
 from dsv4kit.jit.monitor import runtime_entry
 from dsv4kit.platform import BACKENDS, Platform, current_platform
 
-__all__ = ["DEFAULT_VARIANT", "FamilySpec", "KernelRef", "Variant"]
+__all__ = ["DEFAULT_VARIANT", "FamilySpec", "KernelRef", "Variant", "backend_modules"]
 
 # An op call's launch signature holds the platform it names by identity (the model passes its
 # own): such a call is planned too, and the op launch keeps the platform alive.
@@ -56,6 +57,16 @@ OP_OPTIONS = ("backend", "debug_checks", "platform")
 #: through one (``lambda: _cutedsl().RowQuantCuTeDSL``) so that ``import dsv4kit.ops`` does not
 #: import CUTLASS (0.5 s) before a kernel is asked for.
 KernelRef = type[JitKernel] | Callable[[], type[JitKernel]]
+
+
+def backend_modules(package: str) -> tuple[Callable[[], ModuleType], Callable[[], ModuleType]]:
+    """The Triton and CuTeDSL modules of the family folder ``package``, each imported on its first
+    call. A family's ``spec.py`` reaches its classes through them
+    (``_triton, _cutedsl = backend_modules(__package__)``, then ``lambda: _cutedsl().RowQuantCuTeDSL``
+    in its :class:`Variant`): the backend modules import ``spec.py``, and CUTLASS costs 0.5 s at
+    import, so neither is imported before a kernel is asked for."""
+    return (functools.partial(importlib.import_module, f"{package}.triton"),
+            functools.partial(importlib.import_module, f"{package}.cutedsl"))
 
 
 @dataclass(frozen=True)
