@@ -13,9 +13,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from viz_helpers import figure_texts, reference_run  # noqa: E402
 
 from dsv4kit.formats.ds_mla import ds_page_regions  # noqa: E402
 from dsv4kit.formats.state_cache import allocate_state_cache, window_rows  # noqa: E402
@@ -34,21 +34,9 @@ from dsv4kit.viz import c128 as vc  # noqa: E402
 K7, K8A, K8B = vc.OPS
 
 
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
-
-
-def _texts(fig) -> list[str]:
-    return [t.get_text() for ax in fig.axes for t in ax.texts]
-
-
 def _reference(case):
     """The reference's output for ``case`` (a fresh copy)."""
-    out = case.fresh()
-    SPECS[case.op].variants["default"].reference(**out.args)
-    return out.output
+    return reference_run(SPECS, case).output
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +50,7 @@ def k7_case():
 
 def test_dataflow_names_every_stage_and_the_windows() -> None:
     fig = vc.plot_c128_dataflow(48)
-    text = "\n".join(_texts(fig))
+    text = "\n".join(figure_texts(fig))
     for stage in (
         "kv_score",
         "K4 save_partial_states",
@@ -79,7 +67,7 @@ def test_dataflow_names_every_stage_and_the_windows() -> None:
         assert stage in text, stage
     assert fig.boundaries == [127, 255, 383]
     assert fig.windows == [(127, 0, 15, 0), (255, 16, 31, 128), (383, 32, 47, 256)]
-    assert [t for t in _texts(fig) if t.startswith("p = ")] == ["p = 127", "p = 255", "p = 383"]
+    assert [t for t in figure_texts(fig) if t.startswith("p = ")] == ["p = 127", "p = 255", "p = 383"]
     strip = fig.axes[1]
     red = [
         round(p.get_x() - 0.75)
