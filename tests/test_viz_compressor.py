@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from viz_helpers import figure_texts, reference_run  # noqa: E402
+from viz_helpers import figure_text, figure_texts, patch_xs, reference_run  # noqa: E402
 
 from dsv4kit.formats.state_cache import window_rows  # noqa: E402
 from dsv4kit.jit import CompileArtifact, KeyLedger  # noqa: E402
@@ -33,27 +33,11 @@ def _reference(case):
 
 def test_dataflow_names_every_stage_and_the_boundaries() -> None:
     fig = vc.plot_c4_dataflow(16)
-    text = "\n".join(figure_texts(fig))
-    for stage in (
-        "kv_score",
-        "K4 save_partial_states",
-        "state cache",
-        "K5",
-        "K6",
-        "K9",
-        "indexer K cache",
-        "compressed KV cache",
-        "(p + 1) % 4 == 0",
-    ):
-        assert stage in text, stage
+    text = figure_text(fig, "kv_score", "K4 save_partial_states", "state cache", "K5", "K6", "K9",
+                       "indexer K cache", "compressed KV cache", "(p + 1) % 4 == 0")
     rope_rows = [t for t in figure_texts(fig) if t.startswith("rope row")]
     assert rope_rows == [f"rope row {r}" for r in (0, 4, 8, 12)]
-    strip = fig.axes[1]
-    red = [
-        round(p.get_x() + 0.45)
-        for p in strip.patches
-        if p.get_facecolor()[:3] == matplotlib.colors.to_rgb("#c62828")
-    ]
+    red = patch_xs(fig.axes[1], "#c62828", 0.45)
     assert red == [3, 7, 11, 15]
     assert "window of p = 3 (first boundary)" in text and "window of p = 7" in text
     with pytest.raises(ValueError, match="positions"):
@@ -102,16 +86,13 @@ def test_full_window_reads_half_a_of_the_previous_block_and_half_b_of_the_curren
     assert math.isclose(sum(r.weight for r in rows), 1.0, rel_tol=1e-9)
 
 
-def test_window_rejects_non_boundary_positions_and_missing_rows() -> None:
+@pytest.mark.parametrize("position, req, match", [
+    (4, None, "boundary"), (99, None, "no token"), (99, 0, "no state block"), (3, 5, "request"),
+])
+def test_window_rejects_non_boundary_positions_and_missing_rows(position, req, match) -> None:
     case = make_case("indexer_compress", lens=(9,), sbs=16, padding=False)
-    with pytest.raises(ValueError, match="boundary"):
-        vc.window_layout(case, 4)
-    with pytest.raises(ValueError, match="no token"):
-        vc.window_layout(case, 99)
-    with pytest.raises(ValueError, match="no state block"):
-        vc.window_layout(case, 99, request=0)
-    with pytest.raises(ValueError, match="request"):
-        vc.window_layout(case, 3, request=5)
+    with pytest.raises(ValueError, match=match):
+        vc.window_layout(case, position, request=req)
 
 
 def test_window_markdown_and_figure() -> None:
