@@ -91,10 +91,11 @@ class FamilySpec:
     """Everything the kit knows of one kernel family (see the module docstring).
 
     ``name``: the folder (``dsv4kit.kernels.<name>``). ``spec_id``: its name in the numeric spec
-    ("K4"). ``op_name``: the public op. ``args``: the op's argument table. ``contract``: the
-    backend-neutral kernel class (CompileKey, dispatch, warmup keys). ``variants``: variant name ->
-    :class:`Variant`; ``variant_arg`` names the op argument that chooses one (None: a single
-    variant, ``DEFAULT_VARIANT``). ``device_arg``: the tensor whose device picks the backend
+    ("K4"). ``op_name``: the public op (default: ``name``). ``args``: the op's argument table.
+    ``contract``: the backend-neutral kernel class (CompileKey, dispatch, warmup keys).
+    ``variants``: variant name -> :class:`Variant`; ``variant_arg`` names the op argument that
+    chooses one (None: a single variant, ``DEFAULT_VARIANT``, which ``variants`` may also give as
+    the :class:`Variant` alone). ``device_arg``: the tensor whose device picks the backend
     (default: the first tensor argument). ``returns``: what the op returns, for its docs.
     ``folder``: the family's folder under ``dsv4kit/kernels`` when it is not ``name`` (a folder
     whose ops share one kernel core holds several specs, e.g. the three C4 compressors).
@@ -103,11 +104,11 @@ class FamilySpec:
     name: str
     spec_id: str
     summary: str
-    op_name: str
     args: tuple[Arg, ...]
     contract: type[JitKernel]
-    variants: Mapping[str, Variant]
+    variants: Mapping[str, Variant] | Variant
     returns: str
+    op_name: str = ""
     variant_arg: str | None = None
     device_arg: str | None = None
     config_type: type | None = None
@@ -130,6 +131,10 @@ class FamilySpec:
 
     def __post_init__(self) -> None:
         where = f"FamilySpec({self.name})"
+        if not self.op_name:
+            object.__setattr__(self, "op_name", self.name)
+        if isinstance(self.variants, Variant):
+            object.__setattr__(self, "variants", {DEFAULT_VARIANT: self.variants})
         names = [a.name for a in self.args]
         if len(set(names)) != len(names):
             raise ContractError(f"{where}: args: duplicate names in {names}")
