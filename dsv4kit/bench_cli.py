@@ -370,22 +370,15 @@ def cmd_inspect(args: argparse.Namespace, parser: argparse.ArgumentParser | None
         print(f"dsv4kit inspect: compile of {kernel.name} {key} for {args.arch} failed: "
               f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    if args.ptx:
-        ptx = art.text.get("ptx")
-        if ptx is None:
-            print(f"dsv4kit inspect: the {art.backend} artifact holds no PTX (texts: {', '.join(art.text)})",
-                  file=sys.stderr)
-            return 2
-        print(ptx)
-    elif args.sass:
-        cubin = art.binary.get("cubin")
-        if cubin is None:
-            print(f"dsv4kit inspect: the {art.backend} artifact holds no cubin to disassemble",
-                  file=sys.stderr)
-            return 2
-        print(_sass(cubin, tool))  # type: ignore[arg-type]
-    else:
+    if not (args.ptx or args.sass):
         print(_regs_text(kernel, key, art))
+        return 0
+    part, missing = ((art.text.get("ptx"), f"no PTX (texts: {', '.join(art.text)})") if args.ptx
+                     else (art.binary.get("cubin"), "no cubin to disassemble"))
+    if part is None:
+        print(f"dsv4kit inspect: the {art.backend} artifact holds {missing}", file=sys.stderr)
+        return 2
+    print(part if args.ptx else _sass(part, tool))  # type: ignore[arg-type]
     return 0
 
 

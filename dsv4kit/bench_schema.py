@@ -388,19 +388,30 @@ _IMPL = {"triton": ("triton", KERNEL), "triton (op)": ("triton", OP), "cutedsl":
          "torch.compile (core scatter)": ("torch", CORE_COMPILE)}
 
 
+def _impl_csv_rows(path: Path, stem: str, family: str, kernel: Callable[[Mapping[str, str]], str],
+                   config: Callable[[Mapping[str, str]], str]) -> tuple[float, list[BenchRow]]:
+    """The copy ceiling of ``path/<stem>.json`` and the rows of ``path/<stem>.csv``, as the K4 and
+    C4 scripts write them: ``impl`` (:data:`_IMPL`), ``T``, ``bytes``, ``median_us``, ``GBps``,
+    ``pct_of_copy`` (a percent, empty where none), ``timing``, ``error``; ``kernel(r)`` and
+    ``config(r)`` name a row's kernel and configuration."""
+    copy = float(json.loads((path / f"{stem}.json").read_text())["copy_GBps"])
+    rows = []
+    for r in _csv(path / f"{stem}.csv"):
+        backend, variant = _IMPL[r["impl"]]
+        rows.append(BenchRow(family, kernel(r), backend, variant, int(r["T"]), int(r["bytes"]),
+                             _f(r["median_us"]), _opt(r["GBps"]), copy,
+                             None if r["pct_of_copy"] == "" else float(r["pct_of_copy"]) / 100, config(r),
+                             r["timing"], r["error"]))
+    return copy, rows
+
+
 def _save_partial_states(root: Path, name: str) -> RecordedRun:
     """``save_partial_states_h200/``: ``median_us``, ``pct_of_copy`` a percent."""
     path = root / name
-    copy = float(json.loads((path / "save_partial_states.json").read_text())["copy_GBps"])
-    rows = []
-    for r in _csv(path / "save_partial_states.csv"):
-        backend, variant = _IMPL[r["impl"]]
-        config = (f"SW={r['state_width']} R={r['compress_ratio']} sbs={r['state_block_size']} "
-                  f"layout={r['layout']}" + (" pooled" if r["pooled"] == "True" else ""))
-        rows.append(BenchRow("save_partial_states", "save_partial_states", backend, variant, int(r["T"]),
-                             int(r["bytes"]), _f(r["median_us"]), _opt(r["GBps"]), copy,
-                             None if r["pct_of_copy"] == "" else float(r["pct_of_copy"]) / 100, config,
-                             r["timing"], r["error"]))
+    copy, rows = _impl_csv_rows(
+        path, "save_partial_states", "save_partial_states", lambda r: "save_partial_states",
+        lambda r: (f"SW={r['state_width']} R={r['compress_ratio']} sbs={r['state_block_size']} "
+                   f"layout={r['layout']}" + (" pooled" if r["pooled"] == "True" else "")))
     return RecordedRun(name, "save_partial_states", Recorded.from_path(path), copy, tuple(rows),
                        (path / "save_partial_states.csv",), "K4: benchmarks/save_partial_states.py",
                        tuple(decode_rows(rows)))
@@ -409,15 +420,9 @@ def _save_partial_states(root: Path, name: str) -> RecordedRun:
 def _c4_compress(root: Path, name: str) -> RecordedRun:
     """``c4_compress_h200/``: ``op, format`` (the format string starts with the op), a percent."""
     path = root / name
-    copy = float(json.loads((path / "c4_compress.json").read_text())["copy_GBps"])
-    rows = []
-    for r in _csv(path / "c4_compress.csv"):
-        backend, variant = _IMPL[r["impl"]]
-        config = r["format"][len(r["op"]):].strip() if r["format"].startswith(r["op"]) else r["format"]
-        rows.append(BenchRow("c4_compress", r["op"], backend, variant, int(r["T"]), int(r["bytes"]),
-                             _f(r["median_us"]), _opt(r["GBps"]), copy,
-                             None if r["pct_of_copy"] == "" else float(r["pct_of_copy"]) / 100, config,
-                             r["timing"], r["error"]))
+    copy, rows = _impl_csv_rows(
+        path, "c4_compress", "c4_compress", lambda r: r["op"],
+        lambda r: r["format"][len(r["op"]):].strip() if r["format"].startswith(r["op"]) else r["format"])
     return RecordedRun(name, "c4_compress", Recorded.from_path(path), copy, tuple(rows),
                        (path / "c4_compress.csv",), "K5 / K6 / K9: benchmarks/c4_compress.py")
 

@@ -80,11 +80,16 @@ def _cache_dtype(value: str) -> str:
     return value
 
 
-def _block_size(value: str) -> int:
+def _integer(value: str, what: str = "") -> int:
+    """``int(value)``, else an argparse error ``"<what> 'x' is not an integer"``."""
     try:
-        b = int(value)
+        return int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"block size {value!r} is not an integer") from None
+        raise argparse.ArgumentTypeError(f"{what}{value!r} is not an integer") from None
+
+
+def _block_size(value: str) -> int:
+    b = _integer(value, "block size ")
     from dsv4kit.model.stack import MAX_BLOCK_SIZE
 
     if b < 0 or b & (b - 1):
@@ -104,10 +109,7 @@ def _dtype_list(value: str) -> tuple[str, ...]:
 
 
 def _positive(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    n = _integer(value)
     if n < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {n}")
     return n

@@ -8,7 +8,10 @@ that needs its own store passes ``--cache-dir`` or an :class:`~dsv4kit.jit.Artif
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
+
+import pytest
 
 _STORE = tempfile.mkdtemp(prefix="dsv4kit-test-store-")
 os.environ["DSV4KIT_CACHE_DIR"] = _STORE
@@ -19,6 +22,14 @@ def pytest_unconfigure(config: object) -> None:
     import shutil
 
     shutil.rmtree(_STORE, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Close every matplotlib figure a test left open (the viz tests draw many)."""
+    yield
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
 
 
 def _helper_calls_patch_once() -> None:

@@ -12,11 +12,11 @@ import warnings
 
 import pytest
 from cli_run import run_main
+from fresh_kernels import fresh_kernel
 
 from dsv4kit.jit import store as store_mod
 from dsv4kit.jit.store import ArtifactStore, StoreWarning
 from dsv4kit.kernels.rowquant.triton import RowQuantTriton
-from dsv4kit.platform import cpu_platform
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -25,10 +25,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 @pytest.fixture
 def kernel():
-    k = RowQuantTriton(cpu_platform("sm_90a"))
-    k.clear_cache()
-    yield k
-    k.clear_cache()
+    yield from fresh_kernel(RowQuantTriton)
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import dsv4kit.ops
 from dsv4kit.errors import ContractError, KernelInputError
 from dsv4kit.family import torch_op
 from dsv4kit.kernels import families, family
+from dsv4kit.model.compiled_step import same_bytes
 from dsv4kit.platform import current_platform, use_platform
 from dsv4kit.testing.valid_calls import valid_call
 
@@ -26,15 +27,10 @@ FAMILIES = families()
 NAMES = [f.name for f in FAMILIES]
 
 
-def _bytes(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().contiguous().reshape(-1).view(torch.uint8)
-
-
 def _same(a: Any, b: Any) -> bool:
     """Byte equality of two op results or argument sets (tensors, tuples, dicts, None, scalars)."""
     if isinstance(a, torch.Tensor):
-        return (isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
-                and torch.equal(_bytes(a), _bytes(b)))
+        return same_bytes(a, b)
     if isinstance(a, tuple | list):
         return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
     if isinstance(a, dict):

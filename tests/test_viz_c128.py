@@ -13,9 +13,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from viz_helpers import figure_text, figure_texts, patch_xs, reference_run  # noqa: E402
 
 from dsv4kit.formats.ds_mla import ds_page_regions  # noqa: E402
 from dsv4kit.formats.state_cache import allocate_state_cache, window_rows  # noqa: E402
@@ -34,21 +34,9 @@ from dsv4kit.viz import c128 as vc  # noqa: E402
 K7, K8A, K8B = vc.OPS
 
 
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
-
-
-def _texts(fig) -> list[str]:
-    return [t.get_text() for ax in fig.axes for t in ax.texts]
-
-
 def _reference(case):
     """The reference's output for ``case`` (a fresh copy)."""
-    out = case.fresh()
-    SPECS[case.op].variants["default"].reference(**out.args)
-    return out.output
+    return reference_run(SPECS, case).output
 
 
 @pytest.fixture(scope="module")
@@ -62,30 +50,13 @@ def k7_case():
 
 def test_dataflow_names_every_stage_and_the_windows() -> None:
     fig = vc.plot_c128_dataflow(48)
-    text = "\n".join(_texts(fig))
-    for stage in (
-        "kv_score",
-        "K4 save_partial_states",
-        "state cache",
-        "K7 c128_compress",
-        "compressed_kv",
-        "K8a",
-        "K8b",
-        "compressed KV",
-        "K3",
-        "p % 128 == 127",
-        "(p // 128) * 128",
-    ):
-        assert stage in text, stage
+    text = figure_text(fig, "kv_score", "K4 save_partial_states", "state cache", "K7 c128_compress",
+                       "compressed_kv", "K8a", "K8b", "compressed KV", "K3", "p % 128 == 127",
+                       "(p // 128) * 128")
     assert fig.boundaries == [127, 255, 383]
     assert fig.windows == [(127, 0, 15, 0), (255, 16, 31, 128), (383, 32, 47, 256)]
-    assert [t for t in _texts(fig) if t.startswith("p = ")] == ["p = 127", "p = 255", "p = 383"]
-    strip = fig.axes[1]
-    red = [
-        round(p.get_x() - 0.75)
-        for p in strip.patches
-        if p.get_facecolor()[:3] == matplotlib.colors.to_rgb("#c62828")
-    ]
+    assert [t for t in figure_texts(fig) if t.startswith("p = ")] == ["p = 127", "p = 255", "p = 383"]
+    red = patch_xs(fig.axes[1], "#c62828", -0.75)
     assert red == [15, 31, 47]  # the boundary mark sits on the last block of each window
     assert len(fig.windows) == 3 and "window of p = 255: positions 128..255 = blocks 16..31" in text
     for bad in (10, 40, 0):
@@ -128,19 +99,17 @@ def test_window_follows_a_changed_block_table(k7_case) -> None:
     assert after == [before[15], *before[1:15], before[0]] and after != before
 
 
-def test_window_rejects_bad_positions_requests_and_block_sizes(k7_case) -> None:
-    with pytest.raises(ValueError, match="boundary"):
-        vc.c128_window_layout(k7_case, 1022)
-    with pytest.raises(ValueError, match="boundary"):
-        vc.c128_window_layout(k7_case, 4)
-    with pytest.raises(ValueError, match="no token"):
-        vc.c128_window_layout(k7_case, 255)
-    with pytest.raises(ValueError, match="request"):
-        vc.c128_window_layout(k7_case, 127, request=2)
-    with pytest.raises(ValueError, match="no column"):
-        vc.c128_window_layout(k7_case, 4095, request=0)
-    with pytest.raises(ValueError, match="not all state blocks"):
-        vc.c128_window_layout(k7_case, 255, request=0)  # columns 16..31 of request 0 are mostly -1
+@pytest.mark.parametrize("position, req, match", [
+    (1022, None, "boundary"), (4, None, "boundary"), (255, None, "no token"), (127, 2, "request"),
+    (4095, 0, "no column"),
+    (255, 0, "not all state blocks"),  # columns 16..31 of request 0 are mostly -1
+])
+def test_window_rejects_bad_positions_and_requests(k7_case, position, req, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        vc.c128_window_layout(k7_case, position, request=req)
+
+
+def test_window_rejects_bad_block_sizes(k7_case) -> None:
     bad = type(k7_case)(k7_case.op, {**k7_case.args, "state_cache": allocate_state_cache(64, 4, 512)})
     with pytest.raises(ValueError, match="state block size 8"):
         vc.c128_window_layout(bad, 127, request=0)

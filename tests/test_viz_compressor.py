@@ -12,9 +12,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from viz_helpers import figure_text, figure_texts, patch_xs, reference_run  # noqa: E402
 
 from dsv4kit.formats.state_cache import window_rows  # noqa: E402
 from dsv4kit.jit import CompileArtifact, KeyLedger  # noqa: E402
@@ -23,21 +23,9 @@ from dsv4kit.kernels.c4_compress.cases import judge, make_case  # noqa: E402
 from dsv4kit.viz import compressor as vc  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
-
-
-def _texts(fig) -> list[str]:
-    return [t.get_text() for ax in fig.axes for t in ax.texts]
-
-
 def _reference(case):
     """The reference's cache for ``case`` (a fresh copy)."""
-    out = case.fresh()
-    SPECS[case.op].variants["default"].reference(**out.args)
-    return out.cache
+    return reference_run(SPECS, case).cache
 
 
 # --------------------------------------------------------------------------- data flow
@@ -45,26 +33,11 @@ def _reference(case):
 
 def test_dataflow_names_every_stage_and_the_boundaries() -> None:
     fig = vc.plot_c4_dataflow(16)
-    text = "\n".join(_texts(fig))
-    for stage in (
-        "kv_score",
-        "K4 save_partial_states",
-        "state cache",
-        "K5",
-        "K6",
-        "K9",
-        "indexer K cache",
-        "compressed KV cache",
-        "(p + 1) % 4 == 0",
-    ):
-        assert stage in text, stage
-    assert [t for t in _texts(fig) if t.startswith("rope row")] == [f"rope row {r}" for r in (0, 4, 8, 12)]
-    strip = fig.axes[1]
-    red = [
-        round(p.get_x() + 0.45)
-        for p in strip.patches
-        if p.get_facecolor()[:3] == matplotlib.colors.to_rgb("#c62828")
-    ]
+    text = figure_text(fig, "kv_score", "K4 save_partial_states", "state cache", "K5", "K6", "K9",
+                       "indexer K cache", "compressed KV cache", "(p + 1) % 4 == 0")
+    rope_rows = [t for t in figure_texts(fig) if t.startswith("rope row")]
+    assert rope_rows == [f"rope row {r}" for r in (0, 4, 8, 12)]
+    red = patch_xs(fig.axes[1], "#c62828", 0.45)
     assert red == [3, 7, 11, 15]
     assert "window of p = 3 (first boundary)" in text and "window of p = 7" in text
     with pytest.raises(ValueError, match="positions"):
@@ -113,16 +86,13 @@ def test_full_window_reads_half_a_of_the_previous_block_and_half_b_of_the_curren
     assert math.isclose(sum(r.weight for r in rows), 1.0, rel_tol=1e-9)
 
 
-def test_window_rejects_non_boundary_positions_and_missing_rows() -> None:
+@pytest.mark.parametrize("position, req, match", [
+    (4, None, "boundary"), (99, None, "no token"), (99, 0, "no state block"), (3, 5, "request"),
+])
+def test_window_rejects_non_boundary_positions_and_missing_rows(position, req, match) -> None:
     case = make_case("indexer_compress", lens=(9,), sbs=16, padding=False)
-    with pytest.raises(ValueError, match="boundary"):
-        vc.window_layout(case, 4)
-    with pytest.raises(ValueError, match="no token"):
-        vc.window_layout(case, 99)
-    with pytest.raises(ValueError, match="no state block"):
-        vc.window_layout(case, 99, request=0)
-    with pytest.raises(ValueError, match="request"):
-        vc.window_layout(case, 3, request=5)
+    with pytest.raises(ValueError, match=match):
+        vc.window_layout(case, position, request=req)
 
 
 def test_window_markdown_and_figure() -> None:
@@ -139,7 +109,7 @@ def test_window_markdown_and_figure() -> None:
     labels = [t.get_text() for t in panels[0].get_yticklabels()]
     assert labels[0] == "j=0 q=-4 (none)" and labels[4].startswith("j=4 q=0 blk ")
     assert panels[0].images[0].get_array().shape == (8, 16)
-    assert "excluded: q < 0" in _texts(fig)
+    assert "excluded: q < 0" in figure_texts(fig)
 
 
 # --------------------------------------------------------------------------- step differences
@@ -235,7 +205,7 @@ def test_scale_floor_figure() -> None:
     assert fig.marks == [(0.01, 112, 114), (1e-5, 105, 114)]
     ax0, ax1 = fig.axes
     assert len(ax0.get_lines()) >= 2 and ax1.get_yscale() == "log"
-    texts = _texts(fig)
+    texts = figure_texts(fig)
     assert "4× coarser at amax 0.01" in texts and "512× coarser at amax 1e-05" in texts
     assert "512× coarser (amax ≤ ~1.07e-4)" in texts
 

@@ -6,7 +6,7 @@ See :mod:`dsv4kit.family.spec` for the layout of a family folder and what a spec
 
 from dsv4kit.family.calls import Call, TensorSpec
 from dsv4kit.family.schema import REQUIRED, Arg, arg_table_markdown, check_args
-from dsv4kit.family.spec import DEFAULT_VARIANT, FamilySpec, Variant
+from dsv4kit.family.spec import DEFAULT_VARIANT, FamilySpec, Variant, backend_modules
 
 __all__ = [
     "DEFAULT_VARIANT",
@@ -17,5 +17,6 @@ __all__ = [
     "TensorSpec",
     "Variant",
     "arg_table_markdown",
+    "backend_modules",
     "check_args",
 ]

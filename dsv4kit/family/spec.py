@@ -30,6 +30,7 @@ import importlib
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -42,7 +43,7 @@ from dsv4kit.jit.launch_plans import _STATE, FIRST, PLAN, PlanTable, by_identity
 from dsv4kit.jit.monitor import runtime_entry
 from dsv4kit.platform import BACKENDS, Platform, current_platform
 
-__all__ = ["DEFAULT_VARIANT", "FamilySpec", "KernelRef", "Variant"]
+__all__ = ["DEFAULT_VARIANT", "FamilySpec", "KernelRef", "Variant", "backend_modules"]
 
 # An op call's launch signature holds the platform it names by identity (the model passes its
 # own): such a call is planned too, and the op launch keeps the platform alive.
@@ -58,6 +59,16 @@ OP_OPTIONS = ("backend", "debug_checks", "platform")
 #: through one (``lambda: _cutedsl().RowQuantCuTeDSL``) so that ``import dsv4kit.ops`` does not
 #: import CUTLASS (0.5 s) before a kernel is asked for.
 KernelRef = type[JitKernel] | Callable[[], type[JitKernel]]
+
+
+def backend_modules(package: str) -> tuple[Callable[[], ModuleType], Callable[[], ModuleType]]:
+    """The Triton and CuTeDSL modules of the family folder ``package``, each imported on its first
+    call. A family's ``spec.py`` reaches its classes through them
+    (``_triton, _cutedsl = backend_modules(__package__)``, then ``lambda: _cutedsl().RowQuantCuTeDSL``
+    in its :class:`Variant`): the backend modules import ``spec.py``, and CUTLASS costs 0.5 s at
+    import, so neither is imported before a kernel is asked for."""
+    return (functools.partial(importlib.import_module, f"{package}.triton"),
+            functools.partial(importlib.import_module, f"{package}.cutedsl"))
 
 
 @dataclass(frozen=True)
@@ -82,10 +93,11 @@ class FamilySpec:
     """Everything the kit knows of one kernel family (see the module docstring).
 
     ``name``: the folder (``dsv4kit.kernels.<name>``). ``spec_id``: its name in the numeric spec
-    ("K4"). ``op_name``: the public op. ``args``: the op's argument table. ``contract``: the
-    backend-neutral kernel class (CompileKey, dispatch, warmup keys). ``variants``: variant name ->
-    :class:`Variant`; ``variant_arg`` names the op argument that chooses one (None: a single
-    variant, ``DEFAULT_VARIANT``). ``device_arg``: the tensor whose device picks the backend
+    ("K4"). ``op_name``: the public op (default: ``name``). ``args``: the op's argument table.
+    ``contract``: the backend-neutral kernel class (CompileKey, dispatch, warmup keys).
+    ``variants``: variant name -> :class:`Variant`; ``variant_arg`` names the op argument that
+    chooses one (None: a single variant, ``DEFAULT_VARIANT``, which ``variants`` may also give as
+    the :class:`Variant` alone). ``device_arg``: the tensor whose device picks the backend
     (default: the first tensor argument). ``returns``: what the op returns, for its docs.
     ``folder``: the family's folder under ``dsv4kit/kernels`` when it is not ``name`` (a folder
     whose ops share one kernel core holds several specs, e.g. the three C4 compressors).
@@ -94,11 +106,11 @@ class FamilySpec:
     name: str
     spec_id: str
     summary: str
-    op_name: str
     args: tuple[Arg, ...]
     contract: type[JitKernel]
-    variants: Mapping[str, Variant]
+    variants: Mapping[str, Variant] | Variant
     returns: str
+    op_name: str = ""
     variant_arg: str | None = None
     device_arg: str | None = None
     config_type: type | None = None
@@ -121,6 +133,10 @@ class FamilySpec:
 
     def __post_init__(self) -> None:
         where = f"FamilySpec({self.name})"
+        if not self.op_name:
+            object.__setattr__(self, "op_name", self.name)
+        if isinstance(self.variants, Variant):
+            object.__setattr__(self, "variants", {DEFAULT_VARIANT: self.variants})
         names = [a.name for a in self.args]
         if len(set(names)) != len(names):
             raise ContractError(f"{where}: args: duplicate names in {names}")

@@ -26,6 +26,9 @@ __all__ = [
     "check_per_token",
     "check_values_in_range",
     "check_unique",
+    "check_slot_values",
+    "check_read_slots",
+    "check_store_rows",
     "check_positive_float",
     "check_paged_byte_cache",
 ]
@@ -117,6 +120,30 @@ def check_unique(kernel: str, arg: str, values: torch.Tensor) -> None:
     """Debug check (device read): no value occurs twice."""
     if values.numel() != torch.unique(values).numel():
         raise input_error(kernel, arg, "unique values", "duplicates")
+
+
+def check_slot_values(kernel: str, arg: str, slots: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+    """Debug check (device read): the slots >= 0 of ``slots`` unique and below the
+    ``cache.shape[0] * cache.shape[1]`` entries of a paged cache (slots < 0 are skipped).
+    Returns the mask ``slots >= 0``."""
+    keep = slots >= 0
+    valid = slots[keep]
+    check_values_in_range(kernel, arg, valid, 0, cache.shape[0] * cache.shape[1])
+    check_unique(kernel, arg, valid)
+    return keep
+
+
+def check_read_slots(kernel: str, slots: torch.Tensor, cache: torch.Tensor) -> None:
+    """The slots a reader of a paged cache reads: int64, 1-D, contiguous, each an entry of ``cache``."""
+    check_per_token(kernel, "slots", slots, torch.int64, None)
+    check_values_in_range(kernel, "slots", slots, 0, cache.shape[0] * cache.shape[1])
+
+
+def check_store_rows(kernel: str, rows: torch.Tensor, width: int) -> None:
+    """The rows a store hook encodes: fp32 ``[T, width]``, contiguous."""
+    check_dtype(kernel, "rows", rows, torch.float32)
+    check_shape(kernel, "rows", rows, (None, width))
+    check_contiguous(kernel, "rows", rows)
 
 
 def check_positive_float(kernel: str, arg: str, value: object) -> float:

@@ -21,14 +21,13 @@ import torch
 from dsv4kit.errors import input_error
 from dsv4kit.formats.bits import bf16_round, bf16_to_bytes, bytes_to_bf16, e4m3_decode, ue8m0_decode
 from dsv4kit.formats.checks import (
-    check_contiguous,
     check_dtype,
     check_paged_byte_cache,
     check_per_token,
+    check_read_slots,
     check_same_device,
-    check_shape,
-    check_unique,
-    check_values_in_range,
+    check_slot_values,
+    check_store_rows,
 )
 from dsv4kit.formats.fp8 import exponent_to_ue8m0, q8_quantize
 
@@ -147,14 +146,6 @@ def ds_entry_bytes(entry: DsEntry) -> torch.Tensor:
     return torch.cat((entry.nope, bf16_to_bytes(entry.rope), entry.scales, pad), dim=-1)
 
 
-def _check_slots(kernel: str, arg: str, slots: torch.Tensor, n: int, capacity: int) -> torch.Tensor:
-    check_per_token(kernel, arg, slots, torch.int64, n)
-    valid = slots[slots >= 0]
-    check_values_in_range(kernel, arg, valid, 0, capacity)
-    check_unique(kernel, arg, valid)
-    return slots >= 0
-
-
 def store_rows_ds(rows: torch.Tensor, k_cache: torch.Tensor, kv_slot_mapping: torch.Tensor) -> None:
     """Reference store hook (§2.9): write ``enc_ds(rows[t])`` at slot ``kv_slot_mapping[t]``.
 
@@ -162,14 +153,12 @@ def store_rows_ds(rows: torch.Tensor, k_cache: torch.Tensor, kv_slot_mapping: to
     entry ``s % bs``. Only the 584 bytes of each written entry change.
     """
     name = "store_rows_ds"
-    check_dtype(name, "rows", rows, torch.float32)
-    check_shape(name, "rows", rows, (None, DS_HEAD_DIM))
-    check_contiguous(name, "rows", rows)
+    check_store_rows(name, rows, DS_HEAD_DIM)
     check_ds_cache(name, "k_cache", k_cache)
     check_same_device(name, {"rows": rows, "k_cache": k_cache, "kv_slot_mapping": kv_slot_mapping})
     n = rows.shape[0]
-    bs = k_cache.shape[1]
-    keep = _check_slots(name, "kv_slot_mapping", kv_slot_mapping, n, k_cache.shape[0] * bs)
+    check_per_token(name, "kv_slot_mapping", kv_slot_mapping, torch.int64, n)
+    keep = check_slot_values(name, "kv_slot_mapping", kv_slot_mapping, k_cache)
     if n == 0 or not bool(keep.any()):
         return
     write_ds_entries(k_cache, kv_slot_mapping[keep], enc_ds(rows[keep]))
@@ -189,8 +178,7 @@ def read_ds_entries(k_cache: torch.Tensor, slots: torch.Tensor) -> tuple[DsEntry
     """Read entries at ``slots [n]`` (all >= 0): ``(DsEntry, pad_bytes uint8 [n])``."""
     name = "read_ds_entries"
     check_ds_cache(name, "k_cache", k_cache)
-    check_per_token(name, "slots", slots, torch.int64, None)
-    check_values_in_range(name, "slots", slots, 0, k_cache.shape[0] * k_cache.shape[1])
+    check_read_slots(name, slots, k_cache)
     data, scales = ds_page_regions(k_cache)
     bs = k_cache.shape[1]
     d = data[slots // bs, slots % bs]

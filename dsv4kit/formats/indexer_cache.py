@@ -13,14 +13,13 @@ import torch
 from dsv4kit.errors import input_error
 from dsv4kit.formats.bits import bf16_round, bytes_to_f32, e4m3_decode, f32_to_bytes, pow2
 from dsv4kit.formats.checks import (
-    check_contiguous,
     check_dtype,
     check_paged_byte_cache,
     check_per_token,
+    check_read_slots,
     check_same_device,
-    check_shape,
-    check_unique,
-    check_values_in_range,
+    check_slot_values,
+    check_store_rows,
 )
 from dsv4kit.formats.fp8 import q8_quantize
 from dsv4kit.formats.mxfp4 import pack_nibbles, q4_dequantize, q4_quantize, unpack_nibbles
@@ -128,18 +127,14 @@ def store_rows_indexer(
     Slots < 0 are skipped; other bytes of the cache are untouched.
     """
     name = "store_rows_indexer"
-    check_dtype(name, "rows", rows, torch.float32)
-    check_shape(name, "rows", rows, (None, IDX_HEAD_DIM))
-    check_contiguous(name, "rows", rows)
+    check_store_rows(name, rows, IDX_HEAD_DIM)
     check_indexer_cache(name, "k_cache", k_cache)
     if not isinstance(use_fp4, bool):
         raise input_error(name, "use_fp4", "a bool", type(use_fp4).__name__)
     check_same_device(name, {"rows": rows, "k_cache": k_cache, "kv_slot_mapping": kv_slot_mapping})
     check_per_token(name, "kv_slot_mapping", kv_slot_mapping, torch.int64, rows.shape[0])
-    keep = kv_slot_mapping >= 0
+    keep = check_slot_values(name, "kv_slot_mapping", kv_slot_mapping, k_cache)
     valid = kv_slot_mapping[keep]
-    check_values_in_range(name, "kv_slot_mapping", valid, 0, k_cache.shape[0] * k_cache.shape[1])
-    check_unique(name, "kv_slot_mapping", valid)
     if valid.numel():
         write_indexer_rows(k_cache, valid, rows[keep], use_fp4)
 
@@ -150,8 +145,7 @@ def read_indexer_entries(
     """Raw ``(data [n, 128 | 64], scale_bytes [n, 4])`` of the entries at ``slots`` (all >= 0)."""
     name = "read_indexer_entries"
     check_indexer_cache(name, "k_cache", k_cache)
-    check_per_token(name, "slots", slots, torch.int64, None)
-    check_values_in_range(name, "slots", slots, 0, k_cache.shape[0] * k_cache.shape[1])
+    check_read_slots(name, slots, k_cache)
     data, scales = indexer_page_regions(k_cache, use_fp4)
     bs = k_cache.shape[1]
     return data[slots // bs, slots % bs], scales[slots // bs, slots % bs]

@@ -12,14 +12,14 @@ import torch
 from dsv4kit.errors import input_error
 from dsv4kit.formats.bits import E4M3_MAX, bf16_round, e4m3_decode, e4m3_encode
 from dsv4kit.formats.checks import (
-    check_contiguous,
     check_dtype,
     check_ndim,
     check_per_token,
+    check_read_slots,
     check_same_device,
     check_shape,
-    check_unique,
-    check_values_in_range,
+    check_slot_values,
+    check_store_rows,
     dtype_name,
 )
 
@@ -148,9 +148,7 @@ def store_rows_plain(
 ) -> None:
     """Reference store hook (§2.9): write E2/E3 of ``rows [T, 512]`` (fp32, contiguous) at each slot >= 0."""
     name = "store_rows_plain"
-    check_dtype(name, "rows", rows, torch.float32)
-    check_shape(name, "rows", rows, (None, PLAIN_HEAD_DIM))
-    check_contiguous(name, "rows", rows)
+    check_store_rows(name, rows, PLAIN_HEAD_DIM)
     check_plain_cache(name, "cache", cache)
     check_same_device(
         name, {"rows": rows, "cache": cache, "kv_slot_mapping": kv_slot_mapping, "fp8_scale": fp8_scale}
@@ -158,10 +156,8 @@ def store_rows_plain(
     check_fp8_scale(name, cache, fp8_scale)
     n = rows.shape[0]
     check_per_token(name, "kv_slot_mapping", kv_slot_mapping, torch.int64, n)
-    keep = kv_slot_mapping >= 0
+    keep = check_slot_values(name, "kv_slot_mapping", kv_slot_mapping, cache)
     valid = kv_slot_mapping[keep]
-    check_values_in_range(name, "kv_slot_mapping", valid, 0, cache.shape[0] * cache.shape[1])
-    check_unique(name, "kv_slot_mapping", valid)
     if valid.numel():
         write_plain_rows(cache, valid, rows[keep], fp8_scale)
 
@@ -173,8 +169,7 @@ def read_plain_rows(
     name = "read_plain_rows"
     check_plain_cache(name, "cache", cache)
     check_fp8_scale(name, cache, fp8_scale)
-    check_per_token(name, "slots", slots, torch.int64, None)
-    check_values_in_range(name, "slots", slots, 0, cache.shape[0] * cache.shape[1])
+    check_read_slots(name, slots, cache)
     bs = cache.shape[1]
     if cache.dtype == torch.bfloat16:
         return cache[slots // bs, slots % bs].to(torch.float32)

@@ -49,7 +49,8 @@ from dsv4kit.viz.compressor import (
     draw_arrow,
     draw_box,
     entry_step_units,
-    plot_binned_bars,
+    plot_binned_histogram,
+    tally_table_markdown,
 )
 
 __all__ = [
@@ -574,53 +575,42 @@ def plot_k7_fractions(fractions_by_label: Mapping[str, torch.Tensor | Iterable[t
     """Grouped bars (log count axis): per label (e.g. a score regime), how many elements of K7's rows
     lie 0, (0, 1e-3], ... or > 1 FP32-rule bounds from the reference. Returns the Figure;
     ``fig.counts`` holds :func:`fp32_histogram_counts` per label."""
-    counts = {name: fp32_histogram_counts(u) for name, u in fractions_by_label.items()}
-    labels = [b[0] for b in FP32_BINS]
-    fig, ax = plot_binned_bars(
-        counts, labels, "|kernel - reference| in units of the FP32 rule's bound 1e-5 max_j |k_j[d]|"
+    fig, ax, zeros, total = plot_binned_histogram(
+        fractions_by_label, FP32_BINS,
+        "|kernel - reference| in units of the FP32 rule's bound 1e-5 max_j |k_j[d]|"
     )
-    total = sum(sum(v for k, v in c.items() if k != "NaN") for c in counts.values())
-    zeros = sum(c[labels[0]] for c in counts.values())
+    labels = [b[0] for b in FP32_BINS]
     worst = max(
-        (lab for c in counts.values() for lab in labels if c[lab]), key=labels.index, default=labels[0]
+        (lab for c in fig.counts.values() for lab in labels if c[lab]), key=labels.index, default=labels[0]
     )
     ax.set_title(
         f"K7: {zeros}/{total} elements bit-identical ({(zeros / total if total else 1):.2%}); "
         f"farthest bin {worst}",
         fontsize=10,
     )
-    fig.counts = counts
     fig.tight_layout()
     return fig
+
+
+#: The columns of :func:`k7_table_markdown`.
+K7_COLUMNS = ("K7 cases", "cases", "conform", "rows", "elements", "bit-identical", "worst (x bound)",
+              "violations", "other rows changed")
 
 
 def k7_table_markdown(verdicts: Iterable[tuple[str, Any]]) -> str:
     """One row per label of ``(label, K7Verdict)`` pairs: cases, cases that conform, boundary rows
     written, elements, bit-identical elements, the worst distance in FP32-rule bounds, violations,
     and cases where another row of ``out`` changed."""
-    rows: dict[str, dict[str, Any]] = {}
-    for label, v in verdicts:
-        r = rows.setdefault(label, dict(cases=0, ok=0, rows=0, n=0, same=0, worst=0.0, bad=0, other=0))
-        r["cases"] += 1
-        r["ok"] += bool(v.ok)
-        r["rows"] += v.rows
-        r["n"] += v.elements
-        r["same"] += v.bit_identical
-        r["worst"] = max(r["worst"], v.report.worst)
-        r["bad"] += v.report.violations
-        r["other"] += not v.other_rows_equal
-    lines = [
-        "| K7 cases | cases | conform | rows | elements | bit-identical | worst (x bound) | violations "
-        "| other rows changed |",
-        "|---" * 9 + "|",
-    ]
-    tot = dict(cases=0, ok=0, rows=0, n=0, same=0, worst=0.0, bad=0, other=0)
-    for label, r in rows.items():
-        for k in tot:
-            tot[k] = max(tot[k], r[k]) if k == "worst" else tot[k] + r[k]
-        lines.append(_k7_row(label, r))
-    lines.append(_k7_row("**all**", tot))
-    return "\n".join(lines)
+    return tally_table_markdown(verdicts, K7_COLUMNS, _k7_tally, _k7_row, fields=_K7_FIELDS,
+                                largest=("worst",))
+
+
+_K7_FIELDS = ("cases", "ok", "rows", "n", "same", "worst", "bad", "other")
+
+
+def _k7_tally(v: Any) -> dict[str, float]:
+    return dict(cases=1, ok=int(bool(v.ok)), rows=v.rows, n=v.elements, same=v.bit_identical,
+                worst=v.report.worst, bad=v.report.violations, other=int(not v.other_rows_equal))
 
 
 def _k7_row(label: str, r: Mapping[str, Any]) -> str:

@@ -54,6 +54,7 @@ __all__ = [
     "merged_ledger",
     "numerics_table_markdown",
     "plot_binned_bars",
+    "plot_binned_histogram",
     "plot_c4_dataflow",
     "plot_scale_floor",
     "plot_step_histogram",
@@ -62,6 +63,7 @@ __all__ = [
     "step_differences",
     "step_histogram_counts",
     "step_units",
+    "tally_table_markdown",
     "window_layout",
     "window_markdown",
 ]
@@ -530,6 +532,23 @@ def plot_binned_bars(counts: Mapping[str, Mapping[str, int]], labels: Sequence[s
     return fig, ax
 
 
+def plot_binned_histogram(
+    values_by_name: Mapping[str, torch.Tensor | Iterable[torch.Tensor]],
+    bins: Sequence[tuple[str, float, float]],
+    xlabel: str,
+) -> tuple[Any, Any, int, int]:
+    """:func:`plot_binned_bars` of the :func:`binned_counts` of each series of ``values_by_name``
+    (``fig.counts``). Returns ``(fig, ax, zeros, total)``: the elements of the first bin (the
+    bit-identical ones) and of every bin (NaN left out), over all series."""
+    counts = {name: binned_counts(u, bins) for name, u in values_by_name.items()}
+    labels = [b[0] for b in bins]
+    fig, ax = plot_binned_bars(counts, labels, xlabel)
+    fig.counts = counts
+    total = sum(sum(v for k, v in c.items() if k != "NaN") for c in counts.values())
+    zeros = sum(c[labels[0]] for c in counts.values())
+    return fig, ax, zeros, total
+
+
 def step_histogram_counts(units: torch.Tensor | Iterable[torch.Tensor]) -> dict[str, int]:
     """Counts of ``units`` (distances in steps, see :func:`step_differences`) per :data:`STEP_BINS`
     bin, plus ``"NaN"`` (always reported, a NaN never passes the rule)."""
@@ -540,17 +559,13 @@ def plot_step_histogram(units_by_output: Mapping[str, torch.Tensor | Iterable[to
     """Grouped bars (log count axis): for each output (e.g. ``"K5 nope"``), how many elements lie
     0, (0, 1/2], (1/2, 1], (1, 2] or > 2 steps from the reference. Returns the Figure;
     ``fig.counts`` holds :func:`step_histogram_counts` per output."""
-    counts = {name: step_histogram_counts(u) for name, u in units_by_output.items()}
-    labels = [b[0] for b in STEP_BINS]
-    fig, ax = plot_binned_bars(
-        counts, labels, "|kernel - reference| in units of the step (grid spacing of the stored format)"
+    fig, ax, zeros, total = plot_binned_histogram(
+        units_by_output, STEP_BINS,
+        "|kernel - reference| in units of the step (grid spacing of the stored format)"
     )
-    total = sum(sum(v for k, v in c.items() if k != "NaN") for c in counts.values())
-    zeros = sum(c[labels[0]] for c in counts.values())
     ax.set_title(
         f"{zeros}/{total} elements bit-identical ({(zeros / total if total else 1):.4%})", fontsize=10
     )
-    fig.counts = counts
     fig.tight_layout()
     return fig
 
@@ -568,36 +583,54 @@ def format_label(case: Any) -> str:
     return "K9 MXFP4" if a.get("use_fp4_cache") else "K9 FP8"
 
 
+def tally_table_markdown(
+    verdicts: Iterable[tuple[str, Any]],
+    columns: Sequence[str],
+    tally: Callable[[Any], Mapping[str, float]],
+    row: Callable[[str, Mapping[str, float]], str],
+    fields: Sequence[str],
+    largest: Sequence[str] = (),
+) -> str:
+    """A Markdown table of ``(label, verdict)`` pairs: one row per label and an ``**all**`` row.
+    ``tally(v)`` gives a verdict's counts of ``fields``, added up per label and over all (the
+    fields in ``largest``: their maximum); ``row(label, counts)`` writes a row under the header
+    ``columns``."""
+    rows: dict[str, dict[str, float]] = {}
+    for label, v in verdicts:
+        r = rows.setdefault(label, dict.fromkeys(fields, 0))
+        for k, x in tally(v).items():
+            r[k] = max(r[k], x) if k in largest else r[k] + x
+    tot = dict.fromkeys(fields, 0)
+    lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+    for label, r in rows.items():
+        for k in tot:
+            tot[k] = max(tot[k], r[k]) if k in largest else tot[k] + r[k]
+        lines.append(row(label, r))
+    lines.append(row("**all**", tot))
+    return "\n".join(lines)
+
+
+#: The columns of :func:`numerics_table_markdown`.
+NUMERICS_COLUMNS = ("op / format", "cases", "conform", "entries", "elements", "bit-identical",
+                    "cases all identical", "used the step", "violations", "other bytes differ")
+
+
 def numerics_table_markdown(verdicts: Iterable[tuple[str, Any]]) -> str:
     """One row per label of ``(label, Verdict)`` pairs (a :class:`~dsv4kit.kernels.c4_compress.
     cases.Verdict` each): cases, cases that conform, entries written, elements, bit-identical
     elements, elements that used the step, violations, and the bytes outside the rule."""
-    rows: dict[str, dict[str, int]] = {}
-    for label, v in verdicts:
-        r = rows.setdefault(
-            label, dict(cases=0, ok=0, entries=0, n=0, same=0, step=0, bad=0, other=0, identical_cases=0)
-        )
-        r["cases"] += 1
-        r["ok"] += bool(v.ok)
-        r["entries"] += v.written
-        r["n"] += v.elements
-        r["same"] += v.bit_identical
-        r["step"] += sum(x.used_step for x in v.reports.values())
-        r["bad"] += sum(x.violations + x.scale_mismatches for x in v.reports.values())
-        r["other"] += not v.other_bytes_equal
-        r["identical_cases"] += v.bit_identical == v.elements
-    lines = [
-        "| op / format | cases | conform | entries | elements | bit-identical | cases all identical "
-        "| used the step | violations | other bytes differ |",
-        "|---" * 10 + "|",
-    ]
-    tot = dict.fromkeys(("cases", "ok", "entries", "n", "same", "step", "bad", "other", "identical_cases"), 0)
-    for label, r in rows.items():
-        for k in tot:
-            tot[k] += r[k]
-        lines.append(_numerics_row(label, r))
-    lines.append(_numerics_row("**all**", tot))
-    return "\n".join(lines)
+    return tally_table_markdown(verdicts, NUMERICS_COLUMNS, _numerics_tally, _numerics_row,
+                                fields=_NUMERICS_FIELDS)
+
+
+_NUMERICS_FIELDS = ("cases", "ok", "entries", "n", "same", "step", "bad", "other", "identical_cases")
+
+
+def _numerics_tally(v: Any) -> dict[str, int]:
+    return dict(cases=1, ok=int(bool(v.ok)), entries=v.written, n=v.elements, same=v.bit_identical,
+                step=sum(x.used_step for x in v.reports.values()),
+                bad=sum(x.violations + x.scale_mismatches for x in v.reports.values()),
+                other=int(not v.other_bytes_equal), identical_cases=int(v.bit_identical == v.elements))
 
 
 def _numerics_row(label: str, r: Mapping[str, int]) -> str:

@@ -89,6 +89,18 @@ def test_model_stack_names_no_family() -> None:
                 assert word not in text, f"{rel} names {word}"
 
 
+def test_op_name_and_a_single_variant_default() -> None:
+    """``op_name`` defaults to the family's name; a lone :class:`Variant` is ``DEFAULT_VARIANT``."""
+    args = (Arg("k_cache", "tensor", (torch.uint8,), "[n, bs, 584]"),)
+    var = Variant(lambda k_cache: None, DequantGatherBase, DequantGatherBase)
+    spec = FamilySpec(name="lone", spec_id="X", summary="", args=args, contract=DequantGatherBase,
+                      variants=var, returns="")
+    assert spec.op_name == "lone" and dict(spec.variants) == {DEFAULT_VARIANT: var}
+    named = FamilySpec(name="lone", spec_id="X", summary="", args=args, contract=DequantGatherBase,
+                       variants={DEFAULT_VARIANT: var}, returns="", op_name="lone_op")
+    assert named.op_name == "lone_op" and dict(named.variants) == dict(spec.variants)
+
+
 def test_a_dispatch_that_reads_no_op_argument_is_refused() -> None:
     class Reads(DequantGatherBase):
         def dispatch(self, k_cache, num_pages):

@@ -123,31 +123,7 @@ def test_q8_amax_lands_in_224_448() -> None:
     assert torch.all(e[~above_floor] == -22)
 
 
-@settings(deadline=None, max_examples=60)
-@given(
-    st.lists(st.floats(min_value=-1e6, max_value=1e6, width=32), min_size=64, max_size=64),
-    st.integers(min_value=-40, max_value=40),
-)
-def test_q8_roundtrip_error_at_most_half_step(vals: list[float], k: int) -> None:
-    z = (torch.tensor(vals) * 2.0**k).bfloat16().float()
-    codes, e = q8_quantize(z, 64)
-    deq = q8_dequantize(codes, e, 64)
-    scale = 2.0 ** int(e[0])
-    for zi, di in zip(z.tolist(), deq.tolist(), strict=True):
-        assert abs(zi - di) <= e4m3_half_step(zi / scale) * scale
-
-
-def test_q8_bad_inputs() -> None:
-    with pytest.raises(KernelInputError, match="q8_quantize: z: expected last dim a multiple of block 64"):
-        q8_quantize(torch.zeros(100), 64)
-    with pytest.raises(KernelInputError, match="q8_quantize: z: expected dtype"):
-        q8_quantize(torch.zeros(64, dtype=torch.float16), 64)
-    with pytest.raises(KernelInputError, match="q8_quantize: block"):
-        q8_quantize(torch.zeros(64), 0)
-    with pytest.raises(KernelInputError, match="q8_dequantize: e: expected shape"):
-        q8_dequantize(torch.zeros(128, dtype=torch.uint8), torch.zeros(3, dtype=torch.int32), 64)
-    with pytest.raises(KernelInputError, match="exponent_to_ue8m0: e"):
-        exponent_to_ue8m0(torch.tensor([200]))
+def test_ue8m0_to_exponent() -> None:
     assert ue8m0_to_exponent(torch.tensor([105, 127], dtype=torch.uint8)).tolist() == [-22, 0]
 
 
@@ -228,20 +204,6 @@ def test_q4_amax_next_bf16_above_6() -> None:
     assert codes[:2].tolist() == [5, 5]  # 3.015625 -> 3, 3.0 -> 3
 
 
-@settings(deadline=None, max_examples=60)
-@given(
-    st.lists(st.floats(min_value=-1e4, max_value=1e4, width=32), min_size=32, max_size=32),
-    st.integers(min_value=-60, max_value=60),
-)
-def test_q4_roundtrip_error_at_most_half_step(vals: list[float], k: int) -> None:
-    z = (torch.tensor(vals) * 2.0**k).bfloat16().float()
-    codes, sb = q4_quantize(z)
-    deq = q4_dequantize(codes, sb)
-    scale = 2.0 ** (int(sb[0]) - 127)
-    for zi, di in zip(z.tolist(), deq.tolist(), strict=True):
-        a = abs(zi) / scale
-        step = 0.5 if a < 2 else (1.0 if a < 4 else 2.0)
-        assert abs(zi - di) <= step / 2 * scale
 
 
 def test_packing_even_element_low_nibble() -> None:
@@ -267,11 +229,64 @@ def test_scale_bytes_int32_little_endian() -> None:
         scale_bytes_to_int32(torch.zeros(3, dtype=torch.uint8))
 
 
-def test_q4_bad_inputs() -> None:
-    with pytest.raises(KernelInputError, match="q4_quantize: z: expected last dim a multiple of 32"):
-        q4_quantize(torch.zeros(48))
-    with pytest.raises(KernelInputError, match="q4_quantize: z: expected dtype"):
-        q4_quantize(torch.zeros(32, dtype=torch.int64))
-    with pytest.raises(KernelInputError, match="q4_dequantize: scale_bytes: expected shape"):
-        q4_dequantize(torch.zeros(64, dtype=torch.uint8), torch.zeros(3, dtype=torch.uint8))
+def test_e2m1_decode_signs() -> None:
     assert e2m1_decode(torch.tensor([8, 15], dtype=torch.uint8)).tolist() == [-0.0, -6.0]
+
+
+# ------------------------------------------------------------------ both: round trip, bad inputs
+
+
+def _q8_roundtrip(z: torch.Tensor) -> tuple[torch.Tensor, float]:
+    codes, e = q8_quantize(z, 64)
+    return q8_dequantize(codes, e, 64), 2.0 ** int(e[0])
+
+
+def _q4_roundtrip(z: torch.Tensor) -> tuple[torch.Tensor, float]:
+    codes, sb = q4_quantize(z)
+    return q4_dequantize(codes, sb), 2.0 ** (int(sb[0]) - 127)
+
+
+def e2m1_half_step(v: float) -> float:
+    """Half the E2M1 grid spacing at magnitude |v| (scaled domain)."""
+    a = abs(v)
+    return (0.5 if a < 2 else (1.0 if a < 4 else 2.0)) / 2
+
+
+#: format -> (block, |value| bound, |k| bound, round trip -> (decoded, scale), half step in the scaled domain)
+ROUNDTRIPS = {
+    "q8": (64, 1e6, 40, _q8_roundtrip, e4m3_half_step),
+    "q4": (32, 1e4, 60, _q4_roundtrip, e2m1_half_step),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(ROUNDTRIPS))
+@settings(deadline=None, max_examples=60)
+@given(data=st.data())
+def test_roundtrip_error_at_most_half_step(fmt: str, data: st.DataObject) -> None:
+    n, bound, kmax, roundtrip, half_step = ROUNDTRIPS[fmt]
+    vals = data.draw(st.lists(st.floats(min_value=-bound, max_value=bound, width=32), min_size=n, max_size=n))
+    k = data.draw(st.integers(min_value=-kmax, max_value=kmax))
+    z = (torch.tensor(vals) * 2.0**k).bfloat16().float()
+    deq, scale = roundtrip(z)
+    for zi, di in zip(z.tolist(), deq.tolist(), strict=True):
+        assert abs(zi - di) <= half_step(zi / scale) * scale
+
+
+BAD_INPUTS = [
+    (lambda: q8_quantize(torch.zeros(100), 64), "q8_quantize: z: expected last dim a multiple of block 64"),
+    (lambda: q8_quantize(torch.zeros(64, dtype=torch.float16), 64), "q8_quantize: z: expected dtype"),
+    (lambda: q8_quantize(torch.zeros(64), 0), "q8_quantize: block"),
+    (lambda: q8_dequantize(torch.zeros(128, dtype=torch.uint8), torch.zeros(3, dtype=torch.int32), 64),
+     "q8_dequantize: e: expected shape"),
+    (lambda: exponent_to_ue8m0(torch.tensor([200])), "exponent_to_ue8m0: e"),
+    (lambda: q4_quantize(torch.zeros(48)), "q4_quantize: z: expected last dim a multiple of 32"),
+    (lambda: q4_quantize(torch.zeros(32, dtype=torch.int64)), "q4_quantize: z: expected dtype"),
+    (lambda: q4_dequantize(torch.zeros(64, dtype=torch.uint8), torch.zeros(3, dtype=torch.uint8)),
+     "q4_dequantize: scale_bytes: expected shape"),
+]
+
+
+@pytest.mark.parametrize(("call", "match"), BAD_INPUTS, ids=[m for _, m in BAD_INPUTS])
+def test_bad_inputs(call, match: str) -> None:
+    with pytest.raises(KernelInputError, match=match):
+        call()

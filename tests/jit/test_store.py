@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from fresh_kernels import fresh_kernel
 from triton import knobs
 from triton.runtime import cache as triton_runtime_cache
 from triton.runtime.cache import triton_key
@@ -22,7 +23,6 @@ from dsv4kit.jit import ArtifactStore, StoreWarning, WarmupRegistry
 from dsv4kit.jit import store as store_mod
 from dsv4kit.kernels.rowquant.cutedsl import RowQuantCuTeDSL
 from dsv4kit.kernels.rowquant.triton import RowQuantTriton
-from dsv4kit.platform import cpu_platform
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,18 +38,12 @@ def triton_cache(tmp_path, monkeypatch):
 
 @pytest.fixture
 def triton_kernel():
-    k = RowQuantTriton(cpu_platform("sm_90a"))
-    k.clear_cache()
-    yield k
-    k.clear_cache()
+    yield from fresh_kernel(RowQuantTriton)
 
 
 @pytest.fixture
 def cute_kernel():
-    k = RowQuantCuTeDSL(cpu_platform("sm_90a"))
-    k.clear_cache()
-    yield k
-    k.clear_cache()
+    yield from fresh_kernel(RowQuantCuTeDSL)
 
 
 def _warm(kernel, key, store):

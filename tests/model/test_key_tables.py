@@ -117,62 +117,21 @@ FLASH = {
 PRO = FLASH
 
 #: MXFP4 indexer cache: K2 takes K1's four keys, K9 stores E5 pages (quant block 32, 64 bytes).
-MXFP4 = {
-    "K1": (),
-    "K2": IQ_KEYS,
-    "K3": (K3(block_size=256, has_gather_lens=True), K3(block_size=64, has_gather_lens=False),
-           K3(block_size=2, has_gather_lens=False)),
-    "K4": K4_KEYS,
-    "K5": (K5_BF16,),
-    "K6": (),
-    "K7": (K7_KEY,),
-    "K8a": (K8A_B256,),
-    "K8b": (),
-    "K9": (K9_MXFP4,),
-}
+MXFP4 = {**FLASH, "K1": (), "K2": IQ_KEYS, "K9": (K9_MXFP4,)}
 
 #: bf16 plain-row KV cache: no K3 (dense path), K6 / K8b instead of K5 / K8a, store_full_fp8 False.
-PLAIN_BF16 = {
-    "K1": IQ_KEYS,
-    "K2": (),
-    "K3": (),
-    "K4": K4_KEYS,
-    "K5": (),
-    "K6": (K6_BF16_ROWS,),
-    "K7": (K7_KEY,),
-    "K8a": (),
-    "K8b": (K8B_BF16_ROWS,),
-    "K9": (K9_FP8,),
-}
+PLAIN_BF16 = {**FLASH, "K3": (), "K5": (), "K6": (K6_BF16_ROWS,), "K8a": (), "K8b": (K8B_BF16_ROWS,)}
 
 #: e4m3 plain-row KV cache ("fp8" / "fp8_e4m3"): as bf16 with store_full_fp8 True (trap 3).
-PLAIN_FP8 = {
-    "K1": IQ_KEYS,
-    "K2": (),
-    "K3": (),
-    "K4": K4_KEYS,
-    "K5": (),
-    "K6": (K6_E4M3_ROWS,),
-    "K7": (K7_KEY,),
-    "K8a": (),
-    "K8b": (K8B_E4M3_ROWS,),
-    "K9": (K9_FP8,),
-}
+PLAIN_FP8 = {**PLAIN_BF16, "K6": (K6_E4M3_ROWS,), "K8b": (K8B_E4M3_ROWS,)}
 
 #: B = 64: K3 pages 64 (window), 64 // 4 = 16 (C4), max(1, 64 // 128) = 1 (C128, trap 10); K8a one
 #: entry per page, stride round_up(584, 576) = 1152 (trap 4). Nothing else depends on B (trap 8).
 B64 = {
-    "K1": IQ_KEYS,
-    "K2": (),
+    **FLASH,
     "K3": (K3(block_size=64, has_gather_lens=True), K3(block_size=16, has_gather_lens=False),
            K3(block_size=1, has_gather_lens=False)),
-    "K4": K4_KEYS,
-    "K5": (K5_BF16,),
-    "K6": (),
-    "K7": (K7_KEY,),
     "K8a": (K8A_B64,),
-    "K8b": (),
-    "K9": (K9_FP8,),
 }
 
 CONFIGS = {

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from dsv4kit.errors import input_error
-from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, Variant
+from dsv4kit.family import FamilySpec, Variant, backend_modules
 from dsv4kit.family.schema import as_int
 from dsv4kit.formats.cache_dtypes import normalize_cache_dtype
 from dsv4kit.formats.checks import check_values_in_range
@@ -213,16 +213,7 @@ def get_warmup_keys(config: Any = None, *, ratio: int | None = None) -> list[Deq
     return [DequantGatherBase.CompileKey(bs, g) for bs, g in warmup_block_sizes(config, ratio)]
 
 
-def _triton():  # the module (inferred, so tools follow `_triton().Class`); it imports this one
-    from dsv4kit.kernels.dequant_gather import triton
-
-    return triton
-
-
-def _cutedsl():  # imported on first use: CUTLASS costs 0.5 s at import
-    from dsv4kit.kernels.dequant_gather import cutedsl
-
-    return cutedsl
+_triton, _cutedsl = backend_modules(__package__)  # each imported on first use
 
 
 SPEC = FamilySpec(
@@ -231,9 +222,9 @@ SPEC = FamilySpec(
     op_name="dequantize_and_gather_k_cache",
     args=ARGS,
     contract=DequantGatherBase,
-    variants={DEFAULT_VARIANT: Variant(dequantize_and_gather_k_cache_reference,
-                                       lambda: _triton().DequantGatherTriton,
-                                       lambda: _cutedsl().DequantGatherCuTeDSL)},
+    variants=Variant(dequantize_and_gather_k_cache_reference,
+                     lambda: _triton().DequantGatherTriton,
+                     lambda: _cutedsl().DequantGatherCuTeDSL),
     returns="out (bf16 [B_req, M, 512]); row offset + i of request b is entry L - G + i of its pages, "
             "nothing else of out changes",
     config_type=DequantGatherConfig,

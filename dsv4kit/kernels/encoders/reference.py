@@ -17,8 +17,7 @@ from dsv4kit.formats.checks import (
     check_contiguous,
     check_per_token,
     check_shape,
-    check_unique,
-    check_values_in_range,
+    check_slot_values,
 )
 from dsv4kit.formats.ds_mla import DS_HEAD_DIM, check_ds_cache, store_rows_ds
 from dsv4kit.formats.indexer_cache import IDX_HEAD_DIM, check_indexer_cache, store_rows_indexer
@@ -114,8 +113,6 @@ def check_aligned(kernel: str, arg: str, x: torch.Tensor, align: int) -> None:
 def check_store_values(kernel: str, cache: torch.Tensor, kv_slot_mapping: torch.Tensor,
                        fp8_scale: torch.Tensor | None = None) -> None:
     """The checks that read device memory (debug): slots unique and in range, ``fp8_scale`` > 0."""
-    valid = kv_slot_mapping[kv_slot_mapping >= 0]
-    check_values_in_range(kernel, "kv_slot_mapping", valid, 0, cache.shape[0] * cache.shape[1])
-    check_unique(kernel, "kv_slot_mapping", valid)
+    check_slot_values(kernel, "kv_slot_mapping", kv_slot_mapping, cache)
     if fp8_scale is not None:
         check_fp8_scale(kernel, cache, fp8_scale)

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, Variant
+from dsv4kit.family import FamilySpec, Variant, backend_modules
 from dsv4kit.family.spec import KernelRef
 from dsv4kit.formats.ds_mla import DS_HEAD_DIM
 from dsv4kit.formats.indexer_cache import IDX_HEAD_DIM
@@ -206,23 +206,14 @@ class StoreRowsIndexerBase(StoreRowsBase):
                            debug_checks)
 
 
-def _triton():  # the module (inferred, so tools follow `_triton().Class`); it imports this one
-    from dsv4kit.kernels.encoders import triton
-
-    return triton
-
-
-def _cutedsl():  # imported on first use: CUTLASS costs 0.5 s at import
-    from dsv4kit.kernels.encoders import cutedsl
-
-    return cutedsl
+_triton, _cutedsl = backend_modules(__package__)  # each imported on first use
 
 
 def _spec(hook: str, spec_id: str, summary: str, contract: type[JitKernel], reference: Any,
           triton_cls: KernelRef, cutedsl_cls: KernelRef) -> FamilySpec:
     return FamilySpec(
-        name=hook, spec_id=spec_id, summary=summary, op_name=hook, args=ARGS[hook], contract=contract,
-        variants={DEFAULT_VARIANT: Variant(reference, triton_cls, cutedsl_cls)},
+        name=hook, spec_id=spec_id, summary=summary, args=ARGS[hook], contract=contract,
+        variants=Variant(reference, triton_cls, cutedsl_cls),
         returns="None (the entries of slots >= 0 are written in place; no other byte changes)",
         config_type=StoreRowsConfig, folder="encoders",
         mutates=(ARGS[hook][1].name,))  # the cache (k_cache or cache), second in every table

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 import torch
 
 from dsv4kit.errors import input_error
-from dsv4kit.family import FamilySpec, Variant
+from dsv4kit.family import FamilySpec, Variant, backend_modules
 from dsv4kit.formats.checks import check_values_in_range
 from dsv4kit.jit import Immediate, JitKernel, Like, WarmupChoices, WarmupIntRange, fixed, kernel_launcher
 from dsv4kit.kernels.indexer_q.reference import (
@@ -140,16 +140,7 @@ class IndexerQBase(JitKernel["IndexerQBase.CompileKey"]):
         return key, args, outs
 
 
-def _triton():  # the module (inferred, so tools follow `_triton().Class`); it imports this one
-    from dsv4kit.kernels.indexer_q import triton
-
-    return triton
-
-
-def _cutedsl():  # imported on first use: CUTLASS costs 0.5 s at import
-    from dsv4kit.kernels.indexer_q import cutedsl
-
-    return cutedsl
+_triton, _cutedsl = backend_modules(__package__)  # each imported on first use
 
 
 SPEC = FamilySpec(

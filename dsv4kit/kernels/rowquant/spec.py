@@ -13,7 +13,7 @@ import torch
 
 from dsv4kit.backends.triton import int_class
 from dsv4kit.errors import input_error
-from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, Variant
+from dsv4kit.family import FamilySpec, Variant, backend_modules
 from dsv4kit.jit import Immediate, JitKernel, WarmupIntRange, kernel_launcher, zip_inputs
 from dsv4kit.kernels.rowquant.reference import ARGS, BLOCK, check_rowquant_inputs, rowquant_reference
 
@@ -110,26 +110,16 @@ class RowQuantBase(JitKernel["RowQuantBase.CompileKey"]):
         return key, self.launch_args(x, q.view(torch.uint8), scale), (q, scale)
 
 
-def _triton():  # the module (inferred, so tools follow `_triton().Class`); it imports this one
-    from dsv4kit.kernels.rowquant import triton
-
-    return triton
-
-
-def _cutedsl():  # imported on first use: CUTLASS costs 0.5 s at import
-    from dsv4kit.kernels.rowquant import cutedsl
-
-    return cutedsl
+_triton, _cutedsl = backend_modules(__package__)  # each imported on first use
 
 
 SPEC = FamilySpec(
     name="rowquant", spec_id="example",
     summary="per-row UE8M0 FP8 quantization of a bf16 matrix (the backends example kernel)",
-    op_name="rowquant",
     args=ARGS,
     contract=RowQuantBase,
-    variants={DEFAULT_VARIANT: Variant(rowquant_reference, lambda: _triton().RowQuantTriton,
-                                       lambda: _cutedsl().RowQuantCuTeDSL)},
+    variants=Variant(rowquant_reference, lambda: _triton().RowQuantTriton,
+                     lambda: _cutedsl().RowQuantCuTeDSL),
     returns="(q float8_e4m3fn [M, N], scale float32 [M, N // 128])",
     config_type=RowQuantConfig,
     outputs=lambda a: (torch.empty(a["x"].shape, dtype=torch.float8_e4m3fn, device=a["x"].device),

@@ -11,7 +11,7 @@ from dsv4kit.formats.checks import (
     check_ndim,
     check_per_token,
     check_same_device,
-    check_unique,
+    check_slot_values,
     check_values_in_range,
 )
 from dsv4kit.formats.state_cache import check_state_cache
@@ -111,10 +111,7 @@ def check_save_partial_states_inputs(
 def check_save_partial_states_values(kernel: str, positions: torch.Tensor, state_cache: torch.Tensor,
                                      slot_mapping: torch.Tensor) -> None:
     """The K4 debug checks (device reads): slots >= 0 unique and in range, their positions >= 0."""
-    keep = slot_mapping >= 0
-    valid = slot_mapping[keep]
-    check_values_in_range(kernel, "slot_mapping", valid, 0, state_cache.shape[0] * state_cache.shape[1])
-    check_unique(kernel, "slot_mapping", valid)
+    keep = check_slot_values(kernel, "slot_mapping", slot_mapping, state_cache)
     check_values_in_range(kernel, "positions", positions[:slot_mapping.shape[0]][keep], 0, 2**63 - 1)
 
 

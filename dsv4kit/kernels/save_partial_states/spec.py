@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from dsv4kit.errors import input_error
-from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, Variant
+from dsv4kit.family import FamilySpec, Variant, backend_modules
 from dsv4kit.family.schema import as_int
 from dsv4kit.jit import Immediate, JitKernel, kernel_launcher, zip_inputs
 from dsv4kit.jit.launch_plans import Address
@@ -181,28 +181,18 @@ def state_operands(kernel: str, kv: torch.Tensor, score: torch.Tensor, ape: torc
     return (kv_a, kv_lead, kv_s, sc_a, sc_lead, sc_s, ape_a, ape_lead, ape_s, state, s0, vec_ok)
 
 
-def _triton():  # the module (inferred, so tools follow `_triton().Class`); it imports this one
-    from dsv4kit.kernels.save_partial_states import triton
-
-    return triton
-
-
-def _cutedsl():  # imported on first use: CUTLASS costs 0.5 s at import
-    from dsv4kit.kernels.save_partial_states import cutedsl
-
-    return cutedsl
+_triton, _cutedsl = backend_modules(__package__)  # each imported on first use
 
 
 SPEC = FamilySpec(
     name="save_partial_states", spec_id="K4",
     summary="kv and score + ape of every token into the compressor state cache; C4 (main and indexer) "
             "and C128 layers, every step",
-    op_name="save_partial_states",
     args=ARGS,
     contract=SavePartialStatesBase,
-    variants={DEFAULT_VARIANT: Variant(save_partial_states_reference,
-                                       lambda: _triton().SavePartialStatesTriton,
-                                       lambda: _cutedsl().SavePartialStatesCuTeDSL)},
+    variants=Variant(save_partial_states_reference,
+                     lambda: _triton().SavePartialStatesTriton,
+                     lambda: _cutedsl().SavePartialStatesCuTeDSL),
     returns="None (state_cache rows of slots >= 0 are written in place; nothing else changes)",
     device_arg="state_cache",
     config_type=SavePartialStatesConfig,
