@@ -28,7 +28,12 @@ Where it runs (from :mod:`dsv4kit.platform`):
 
 * **GPU**: ``compile(key)`` calls ``kernel_fn.warmup`` with fake pointers and representative
   scalars, which fills the very cache ``kernel_fn[grid](...)`` reads, so the first real call
-  of a warmed key compiles nothing (``count_triton_compiles`` proves it on a GPU).
+  of a warmed key compiles nothing (``count_triton_compiles`` proves it on a GPU). A launch
+  skips ``JITFunction.run`` (binding, specialization, cache key: most of a first-sight call's
+  host time): it checks what Triton specializes on (:meth:`~TritonJitKernel.specialization_check`:
+  pointer dtypes and 16-byte alignment, int classes), computes the grid and calls the warmed
+  binary's C launcher; any other call goes through ``kernel_fn[grid](...)``, which compiles and
+  is seen by the monitor. The check is held against Triton's binder on every interpreted launch.
 * **CPU**: ``compile(key)`` compiles ahead of time for the platform's target through
   ``triton.compile(..., target=GPUTarget("cuda", 90 | 100, 32))`` (PTX, cubin, registers),
   and launches run the same Python function under the Triton interpreter. Each launch also
