@@ -44,6 +44,9 @@ out): there the launch is latency-bound, and the load batches on the path (depen
 trips) and the waves are what the record is for; ``--size N``, any size of every plan.
 
     python benchmarks/sass_mix.py --arch sm_90a --size decode --out benchmarks/results/sass_mix_sm90a_decode
+
+``--machine h100``: the H100's measured copy bandwidth (3020 GB/s) in the pipe model and in Little's
+law (the per-SM limits and the clock are the same as the H200's); default ``h200``.
 """
 
 from __future__ import annotations
@@ -90,7 +93,16 @@ H200 = {
     "clock_ghz": 1.98,
     "copy_GBps": 4268.0,
     "assumed_dram_latency_ns": 700.0,
+    "name": "H200",
 }
+
+#: H100 SXM (sm_90): the same per-SM limits (compute capability 9.0) and boost clock (1.98 GHz);
+#: the copy bandwidth is the device-to-device copy of the recorded H100 runs
+#: (benchmarks/results/bench_h100/README.md: 3018-3021 GB/s).
+H100 = {**H200, "copy_GBps": 3020.0, "name": "H100"}
+
+#: ``--machine``: which machine model the occupancy, waves, pipe model and bytes in flight use.
+MACHINES = {"h200": H200, "h100": H100}
 
 #: Lanes per SM per clock of each arithmetic pipe (compute capability 9.0, Programming Guide
 #: "Arithmetic Instructions" throughput table): fp32 add/mul/fma 128; 32-bit integer add, shift,
@@ -674,7 +686,8 @@ def _combine(terms: Sequence[tuple[float, Sequence[Instr]]]) -> dict[str, Any]:
 
 def analyze_sass(text: str, function: str | None = None, objective: str = "main",
                  model_bytes_per_thread: float | None = None,
-                 working_fraction: float | None = None) -> dict[str, Any]:
+                 working_fraction: float | None = None,
+                 hw: Mapping[str, Any] = H200) -> dict[str, Any]:
     """Everything this script reads from one kernel's SASS (``cuobjdump -sass`` text).
 
     ``function``: the kernel's name (default: the largest function in the text). ``objective``:
@@ -753,7 +766,7 @@ def analyze_sass(text: str, function: str | None = None, objective: str = "main"
         "classes": {c: round(v, 1) for c, v in tot["classes"].items()},
         "loop_estimate": est,
         "working_fraction": working_fraction,
-        "pipe_model": pipe_model(tot["classes"], tot["imad"], denom),
+        "pipe_model": pipe_model(tot["classes"], tot["imad"], denom, hw),
     }
     headline["instr_per_byte"] = headline["instr_per_model_byte"] or headline["instr_per_sass_byte"]
     whole = mix(instrs)
@@ -1041,7 +1054,25 @@ def _backend_classes(spec: Any, variant: str) -> dict[str, Any]:
     return out
 
 
-def analyze_target(tgt: Target, arch: str, platform: Any, log: Any = print) -> list[dict[str, Any]]:
+def wave_shape(ctas: int, per_wave: int) -> dict[str, Any]:
+    """How ``ctas`` CTAs fill waves of ``per_wave`` (CTAs per SM x SMs): ``waves`` (fractional),
+    ``full_waves``, ``tail_ctas`` (the last, partial wave's CTAs; 0 when the waves come out even),
+    ``tail_fill`` (that wave's share of the machine) and ``wave_efficiency``: ``ctas / (ceil(waves)
+    * per_wave)``, the share of CTA slots busy over the launch if every CTA took the same time (a
+    static bound on the tail effect: below 1 the last wave leaves SMs idle; many CTAs per SM and
+    uneven CTA durations blur it)."""
+    if not ctas or not per_wave:
+        return {"waves": None, "full_waves": None, "tail_ctas": None, "tail_fill": None,
+                "wave_efficiency": None}
+    full, tail = divmod(ctas, per_wave)
+    rounds = full + (1 if tail else 0)
+    return {"waves": round(ctas / per_wave, 2), "full_waves": full, "tail_ctas": tail,
+            "tail_fill": round(tail / per_wave, 3) if tail else None,
+            "wave_efficiency": round(ctas / (rounds * per_wave), 3)}
+
+
+def analyze_target(tgt: Target, arch: str, platform: Any, log: Any = print,
+                   hw: Mapping[str, Any] = H200) -> list[dict[str, Any]]:
     from dsv4kit.kernels import family as family_spec
 
     spec = family_spec(tgt.family)
@@ -1072,18 +1103,19 @@ def analyze_target(tgt: Target, arch: str, platform: Any, log: Any = print) -> l
             continue
         sass = res.pop("sass")
         smem = (res.get("static_shared") or 0) + (res.get("dynamic_shared") or 0)
-        occ = occupancy(res["registers"] or 0, res["threads_per_cta"] or 32, smem)
+        occ = occupancy(res["registers"] or 0, res["threads_per_cta"] or 32, smem, hw)
         ctas = tgt.triton_ctas if backend == "triton" else tgt.values.get("cute_ctas")
         launch: dict[str, Any] = {"ctas": ctas, "ctas_source": "Triton grid()" if backend == "triton"
                                   else "host grid formula (cute_ctas)"}
         if ctas:
             threads = ctas * res["threads_per_cta"]
-            per_wave = occ["ctas_per_sm"] * H200["sms"]
-            launch.update(threads=threads, waves=round(ctas / per_wave, 2) if per_wave else None,
+            per_wave = occ["ctas_per_sm"] * hw["sms"]
+            launch.update(threads=threads, **wave_shape(ctas, per_wave),
                           bytes_model_per_thread=round(tgt.nbytes / threads, 2))
         objective, why = PATH_CHOICE.get(cls.__name__, ("main", ""))
         frac, frac_why = WORKING_FRACTION.get(cls.__name__, (None, ""))
-        an = analyze_sass(sass, res.get("kernel_name"), objective, launch.get("bytes_model_per_thread"), frac)
+        an = analyze_sass(sass, res.get("kernel_name"), objective, launch.get("bytes_model_per_thread"), frac,
+                          hw)
         if why:
             an["objective_reason"] = why
         if frac_why:
@@ -1099,8 +1131,8 @@ def analyze_target(tgt: Target, arch: str, platform: Any, log: Any = print) -> l
             "byte_weighted_batch_bytes_per_thread": batch["byte_weighted_mean_bytes"],
             "resident_threads_per_sm": resident_threads,
             "loads_in_flight_per_sm_bytes": round(batch["byte_weighted_mean_bytes"] * resident_threads),
-            "needed_per_sm_bytes": round(H200["copy_GBps"] * 1e9 * H200["assumed_dram_latency_ns"] * 1e-9
-                                         / H200["sms"]),
+            "needed_per_sm_bytes": round(hw["copy_GBps"] * 1e9 * hw["assumed_dram_latency_ns"] * 1e-9
+                                         / hw["sms"]),
         }
         if an["cp_async"]:
             flight["cp_async"] = an["cp_async"]
@@ -1115,7 +1147,7 @@ def analyze_target(tgt: Target, arch: str, platform: Any, log: Any = print) -> l
 # --------------------------------------------------------------------------- provenance and report
 
 
-def provenance(arch: str, hash_families: Sequence[str]) -> dict[str, Any]:
+def provenance(arch: str, hash_families: Sequence[str], hw: Mapping[str, Any] = H200) -> dict[str, Any]:
     from importlib.metadata import PackageNotFoundError, version
 
     import torch
@@ -1165,7 +1197,7 @@ def provenance(arch: str, hash_families: Sequence[str]) -> dict[str, Any]:
         "kernel_source_hash": {f: kernel_source_hash(f) for f in hash_families},
         "kernel_source_hash_at_commit": at_commit,
         "script": "benchmarks/sass_mix.py",
-        "machine_model": H200, "pipe_lanes_per_sm_clk": PIPE_LANES, "pipe_of_class": PIPE_OF,
+        "machine_model": dict(hw), "pipe_lanes_per_sm_clk": PIPE_LANES, "pipe_of_class": PIPE_OF,
     }
 
 
@@ -1248,7 +1280,9 @@ def launch_table(rows: Sequence[Mapping[str, Any]]) -> str:
         cp = fl.get("cp_async")
         est = an["headline"].get("loop_estimate") or {}
         body.append([
-            _label(r), r["backend"], la.get("ctas"), la.get("waves"), la.get("bytes_model_per_thread"),
+            _label(r), r["backend"], la.get("ctas"),
+            la.get("waves") if la.get("wave_efficiency") in (None, 1.0)
+            else f"{la['waves']} (eff {la['wave_efficiency']})", la.get("bytes_model_per_thread"),
             an["main_path"]["global_bytes"], est.get("iterations") if est.get("used") else None,
             fl["resident_threads_per_sm"], b["batches"], f"{b['max_loads']}, {b['max_bytes']}",
             b["byte_weighted_mean_bytes"], round(fl["loads_in_flight_per_sm_bytes"] / 1024, 1),
@@ -1271,6 +1305,8 @@ def write_report(out: Path, data: Mapping[str, Any], findings: str = "") -> None
         size, f"size {size} of every plan (every point)")
     where = {"large": "the large size", "decode": "the decode size"}.get(size, "that size")
     again = "" if size == "large" else f" --size {size}"
+    if mm.get("name", "H200") != "H200":
+        again += f" --machine {mm['name'].lower()}"
     choices = sorted({f"`{r['kernel']}`: {r['sass']['objective']} path ({r['sass']['objective_reason']})"
                       for r in rows if "sass" in r and r["sass"].get("objective_reason")})
     fracs = sorted({f"`{r['kernel']}`: {r['sass']['headline']['working_fraction']} "
@@ -1293,7 +1329,7 @@ def write_report(out: Path, data: Mapping[str, Any], findings: str = "") -> None
         "",
         "How to read it:",
         "",
-        "* **occ**: theoretical occupancy of an H200 SM (resident warps / 64) and what limits it: CTAs per "
+        f"* **occ**: theoretical occupancy of an {mm.get('name', 'H200')} SM (resident warps / 64) and what limits it: CTAs per "
         "SM = min(registers: `floor(4 * floor(16384 / Rw) / W)` with `Rw = ceil(32 * regs / 256) * 256` "
         "registers per warp and `W` warps per CTA (four register banks, one per scheduler); warps: "
         "`floor(64 / W)`; shared memory: `floor(233472 / ceil128(smem + 1024))` (1 KiB reserved per CTA); "
@@ -1382,6 +1418,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--arch", default="sm_90a")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "sass_mix_sm90a"))
     p.add_argument("--families", default=None, help="plan or family names, comma-separated (default: all)")
+    p.add_argument("--machine", default="h200", choices=sorted(MACHINES),
+                   help="machine model: copy bandwidth for the pipe model and Little's law (default h200)")
     p.add_argument("--size", default="large",
                    help="large (each plan's last size, default), decode (its largest decode size), or N")
     args = p.parse_args(argv)
@@ -1410,8 +1448,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     targets = plan_targets(plans, args.arch, size=args.size)
     rows: list[dict[str, Any]] = []
     for tgt in targets:
-        rows += analyze_target(tgt, args.arch, platform)
-    prov = provenance(args.arch, [pl.hash_family for pl in plans])
+        rows += analyze_target(tgt, args.arch, platform, hw=MACHINES[args.machine])
+    prov = provenance(args.arch, [pl.hash_family for pl in plans], MACHINES[args.machine])
     prov["seconds"] = round(time.perf_counter() - t0, 1)
     prov["size"] = args.size
     data = {"schema": "dsv4kit.sass_mix/1", "provenance": prov, "kernels": rows}

@@ -154,3 +154,23 @@ def test_size_picks_the_large_the_decode_or_a_given_size(capsys: pytest.CaptureF
     assert sm.plan_size(rq, "decode") is None and sm.plan_size(rq, "77") == 77   # rowquant: no decode sizes
     assert sm.main(["--size", "small", "--families", "rowquant"]) == 2
     assert "--size 'small'" in capsys.readouterr().err
+
+
+def test_wave_shape_and_machine_models():
+    # 2048 one-warp CTAs at 16 CTAs per SM on 132 SMs: 2112 slots, one partial wave.
+    w = sm.wave_shape(2048, 16 * 132)
+    assert (w["full_waves"], w["tail_ctas"], w["waves"]) == (0, 2048, 0.97)
+    assert w["wave_efficiency"] == pytest.approx(2048 / 2112, abs=1e-3)
+    # 3 full waves and a tenth: the fourth wave is nearly empty.
+    w = sm.wave_shape(3 * 264 + 26, 264)
+    assert (w["full_waves"], w["tail_ctas"]) == (3, 26) and w["tail_fill"] == pytest.approx(26 / 264, abs=1e-3)
+    assert w["wave_efficiency"] == pytest.approx((3 * 264 + 26) / (4 * 264), abs=1e-3)
+    assert sm.wave_shape(528, 264)["wave_efficiency"] == 1.0 and sm.wave_shape(0, 264)["waves"] is None
+    # The H100 model differs from the H200's only in the copy bandwidth: same occupancy, and the same
+    # instruction stream needs a smaller share of the (longer) DRAM time on the H100.
+    assert {k for k in sm.H100 if sm.H100[k] != sm.H200[k]} == {"copy_GBps", "name"}
+    assert sm.occupancy(78, 128, 3072, sm.H100) == sm.occupancy(78, 128, 3072, sm.H200)
+    classes = {c: 0 for c in sm.CLASSES} | {"fp32": 100, "global_load": 4}
+    r200 = sm.pipe_model(classes, 0, 64.0, sm.H200)["instr_over_dram"]
+    r100 = sm.pipe_model(classes, 0, 64.0, sm.H100)["instr_over_dram"]
+    assert r100 == pytest.approx(r200 * 3020 / 4268, rel=1e-2)
