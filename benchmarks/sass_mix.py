@@ -1329,7 +1329,8 @@ def write_report(out: Path, data: Mapping[str, Any], findings: str = "") -> None
         "",
         "How to read it:",
         "",
-        f"* **occ**: theoretical occupancy of an {mm.get('name', 'H200')} SM (resident warps / 64) and what limits it: CTAs per "
+        f"* **occ**: theoretical occupancy of an {mm.get('name', 'H200')} SM (resident warps / 64) "
+        "and what limits it: CTAs per "
         "SM = min(registers: `floor(4 * floor(16384 / Rw) / W)` with `Rw = ceil(32 * regs / 256) * 256` "
         "registers per warp and `W` warps per CTA (four register banks, one per scheduler); warps: "
         "`floor(64 / W)`; shared memory: `floor(233472 / ceil128(smem + 1024))` (1 KiB reserved per CTA); "

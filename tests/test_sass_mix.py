@@ -163,7 +163,8 @@ def test_wave_shape_and_machine_models():
     assert w["wave_efficiency"] == pytest.approx(2048 / 2112, abs=1e-3)
     # 3 full waves and a tenth: the fourth wave is nearly empty.
     w = sm.wave_shape(3 * 264 + 26, 264)
-    assert (w["full_waves"], w["tail_ctas"]) == (3, 26) and w["tail_fill"] == pytest.approx(26 / 264, abs=1e-3)
+    assert (w["full_waves"], w["tail_ctas"]) == (3, 26)
+    assert w["tail_fill"] == pytest.approx(26 / 264, abs=1e-3)
     assert w["wave_efficiency"] == pytest.approx((3 * 264 + 26) / (4 * 264), abs=1e-3)
     assert sm.wave_shape(528, 264)["wave_efficiency"] == 1.0 and sm.wave_shape(0, 264)["waves"] is None
     # The H100 model differs from the H200's only in the copy bandwidth: same occupancy, and the same
