@@ -58,8 +58,6 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import torch  # noqa: E402
-from save_partial_states import Counters, cutlass_status  # noqa: E402
-from save_partial_states import log as _print_log  # noqa: E402
 
 from dsv4kit.formats.ds_mla import enc_ds, write_ds_entries  # noqa: E402
 from dsv4kit.formats.plain_row import write_plain_rows  # noqa: E402
@@ -124,6 +122,45 @@ PACKED_STRIDE = 39168
 _LINES: list[str] = []
 _LOG_FILE: list[Any] = []
 
+
+
+def _print_log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def cutlass_status() -> tuple[bool, str]:
+    """Whether CUTLASS's DSL imports here, and its version (or why not)."""
+    try:
+        import cutlass
+
+        return True, getattr(cutlass, "__version__", "unknown")
+    except Exception as exc:  # ImportError or a broken install
+        return False, f"{type(exc).__name__}: {exc}"
+
+
+class Counters:
+    """Triton and (where importable) CuTeDSL compile counters, and the monitor in error mode."""
+
+    def __init__(self, with_cute: bool) -> None:
+        import contextlib
+
+        from dsv4kit.backends.triton import count_triton_compiles
+        from dsv4kit.jit import JitMonitor
+
+        self.stack = contextlib.ExitStack()
+        self.triton = self.stack.enter_context(count_triton_compiles())
+        self.cute = None
+        if with_cute:
+            from dsv4kit.backends.cutedsl import count_cute_compiles
+
+            self.cute = self.stack.enter_context(count_cute_compiles())
+        self.monitor = self.stack.enter_context(JitMonitor("error"))
+
+    def close(self) -> dict:
+        self.stack.close()
+        return {"triton_compiles": self.triton.count,
+                "cute_compiles": None if self.cute is None else self.cute.count,
+                "monitor_events": [str(e) for e in self.monitor.events]}
 
 def log(msg: str) -> None:
     _print_log(msg)
