@@ -74,7 +74,6 @@ from typing import Any
 
 import cutlass
 import cutlass.cute as cute
-import torch
 from cutlass import BFloat16, Float32, Int32, Int64, Uint8
 
 from dsv4kit.backends.cutedsl import CuTeDSLJitKernel, fake_stream, fake_tensor, sym
@@ -84,9 +83,8 @@ from dsv4kit.kernels.c128_compress.spec import (
     C128CompressBase,
     C128StoreDsMlaBase,
     C128StorePlainBase,
-    NormStoreOperands,
-    StateOperands,
 )
+from dsv4kit.kernels.compressor.contract import LaunchOperands, flat, unit
 from dsv4kit.kernels.cute_numerics import add_rn, div_rn, exp_f32, mul_rn, sub_rn
 from dsv4kit.kernels.encoders.cutedsl import cache_align, encode_store
 from dsv4kit.kernels.encoders.spec import E1, key_encoder
@@ -293,11 +291,6 @@ def c128_compress_host(
         grid=[groups * slices * NCHUNK, 1, 1], block=[32 * K7_WARPS, 1, 1], stream=stream)
 
 
-def _unit(x: torch.Tensor, n: int) -> torch.Tensor:
-    """A 1-D unit-stride view of the first ``n`` elements (a size-1 tensor may carry any stride)."""
-    return x if x.stride(0) == 1 else x.as_strided((n,), (1,))
-
-
 class C128CompressCuTeDSL(C128CompressBase, CuTeDSLJitKernel["C128CompressBase.CompileKey"]):
     """K7 on CuTeDSL (compiles anywhere, runs on CUDA); see the module docstring."""
 
@@ -317,14 +310,11 @@ class C128CompressCuTeDSL(C128CompressBase, CuTeDSLJitKernel["C128CompressBase.C
             fake_stream(self.tvm_ffi),
         )
 
-    def launch_args(self, key, token_to_req, positions, slot_mapping, block_table, out,
-                    ops: StateOperands, t) -> tuple[Any, ...]:
-        nreq, width = block_table.shape
-        bt_span = (nreq - 1) * ops.bt_stride + width if nreq and width else 0
-        bt = block_table.as_strided((bt_span,), (1,))
-        flat = out.as_strided((out.shape[0] * _D,), (1,))                  # strides (512, 1) (checked)
-        return (ops.state, _unit(token_to_req, t), _unit(positions, t), _unit(slot_mapping, t), bt, flat,
-                ops.block_stride, ops.bt_stride, k7_slices(t))
+    def launch_args(self, key: Any, ops: Any, run: LaunchOperands) -> tuple[Any, ...]:
+        t, out = run.t, ops.out
+        flat_out = out.as_strided((out.shape[0] * _D,), (1,))                  # strides (512, 1) (checked)
+        return (run.state, unit(ops.token_to_req, t), unit(ops.positions, t), unit(ops.slot_mapping, t),
+                flat(ops.block_table, run.bt_stride), flat_out, run.block_stride, run.bt_stride, k7_slices(t))
 
 
 # --------------------------------------------------------------------------- K8a / K8b
@@ -448,15 +438,13 @@ class _C128StoreCuTeDSL:
             *geom,
         )
 
-    def launch_args(self, key, compressed_kv, positions, slot_mapping, kv_slot_mapping, rms_norm_weight,
-                    cos_sin_cache, ops: NormStoreOperands, t) -> tuple[Any, ...]:
-        st = ops.store
-        kv = compressed_kv.as_strided((t * _D,), (1,))                      # strides (512, 1) (checked)
-        cs = cos_sin_cache.as_strided((cos_sin_cache.numel(),), (1,))      # contiguous (checked)
-        nw = _unit(rms_norm_weight, rms_norm_weight.shape[0])
+    def launch_args(self, key: Any, ops: Any, run: LaunchOperands) -> tuple[Any, ...]:
+        st, t = run.store, run.t
+        kv = ops.compressed_kv.as_strided((t * _D,), (1,))                  # strides (512, 1) (checked)
         scale = st.scale.as_strided((1,), (1,))      # fp8_scale [1], or the stand-in's first element
-        return (kv, _unit(positions, t), _unit(slot_mapping, t), _unit(kv_slot_mapping, t), nw, cs, st.cache,
-                scale, ops.eps, st.kv_bs, st.page_stride, k8_tokens_per_warp(t))
+        return (kv, unit(ops.positions, t), unit(ops.slot_mapping, t), unit(ops.kv_slot_mapping, t),
+                unit(ops.rms_norm_weight, ops.rms_norm_weight.shape[0]), flat(ops.cos_sin_cache), st.cache,
+                scale, run.eps, st.kv_bs, st.page_stride, k8_tokens_per_warp(t))
 
 
 class C128StoreDsMlaCuTeDSL(_C128StoreCuTeDSL, C128StoreDsMlaBase,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -33,21 +33,20 @@ from dsv4kit.formats.ds_mla import (
     check_ds_cache,
     ds_min_page_stride,
 )
-from dsv4kit.jit import Immediate, JitKernel, Like, WarmupChoices, fixed, kernel_launcher
+from dsv4kit.jit import Like, WarmupChoices, fixed
 from dsv4kit.kernels.c128_compress.reference import (
     ARGS,
+    OPERANDS,
     RATIO,
     STATE_BLOCK_SIZE,
     c128_compress_reference,
     c128_norm_rope_store_ds_mla_reference,
     c128_norm_rope_store_plain_reference,
-    check_c128_compress_inputs,
-    check_c128_compress_values,
-    check_c128_store_inputs,
-    check_c128_store_values,
+    check_k7,
+    check_k8,
 )
-from dsv4kit.kernels.encoders.reference import check_aligned
-from dsv4kit.kernels.encoders.spec import StoreOperands, cache_operands
+from dsv4kit.kernels.compressor.contract import CompressorBase, LaunchOperands, launch_operands
+from dsv4kit.kernels.encoders.spec import StoreOperands
 
 __all__ = [
     "SPECS",
@@ -57,11 +56,8 @@ __all__ = [
     "C128StoreDsMlaBase",
     "C128StorePlainBase",
     "NormStoreOperands",
-    "StateOperands",
     "state_operands",
 ]
-
-_I32 = 2**31
 
 
 @dataclass(frozen=True)
@@ -136,50 +132,66 @@ class C128CompressConfig:
         return kv_bs, ds_min_page_stride(kv_bs)
 
 
-# --------------------------------------------------------------------------- operands
+# --------------------------------------------------------------------------- the call
 
 
-@dataclass(frozen=True)
-class StateOperands:
-    """K7's state pool as both backends address it: ``state`` a 1-D fp32 view from the first block
-    (16-byte aligned, §2.8), ``block_stride`` elements between blocks, ``bt_stride`` elements
-    between block-table rows."""
+class C128Base(CompressorBase):
+    """What the three C128 ops share: ratio 128, no overlap, head 512; a backend's
+    :meth:`launch_args` takes the record and :class:`LaunchOperands`, or (legacy) the arguments
+    one by one as :mod:`benchmarks.c128_compress_gpu_check` passes them."""
 
-    state: torch.Tensor
-    block_stride: int
-    bt_stride: int
+    ratio = RATIO
+    overlap = False
+    head = DS_HEAD_DIM
 
-
-def state_operands(
-    kernel: str, state_cache: torch.Tensor, block_table: torch.Tensor, t: int
-) -> StateOperands:
-    """The :class:`StateOperands` of a checked K7 call of ``t`` tokens."""
-    if t >= _I32:
-        raise input_error(kernel, "positions", f"fewer than {_I32} tokens", t)
-    nsb, sbs, row = state_cache.shape
-    span = (nsb - 1) * state_cache.stride(0) + sbs * row if nsb else 1
-    state = state_cache.as_strided((max(span, 1),), (1,))
-    return StateOperands(state, state_cache.stride(0), block_table.stride(0) if block_table.dim() else 0)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        found = cls.launch_args
+        if found is not CompressorBase.launch_args and not hasattr(found, "record_form"):
+            cls.launch_args = _either_form(found)  # type: ignore[method-assign]
 
 
-@dataclass(frozen=True)
-class NormStoreOperands:
-    """K8's operands besides the caller's arrays: ``eps`` (fp32-rounded by the kernels) and where the
-    rows go (:class:`~dsv4kit.kernels.encoders.spec.StoreOperands`)."""
+def _either_form(launch_args: Any) -> Any:
+    """``launch_args(key, ops, run)``, also callable as ``(key, *the op's tensors, operands, t)``: the
+    GPU check script's form (K7: ``token_to_req, positions, slot_mapping, block_table, out``; K8:
+    ``compressed_kv, positions, slot_mapping, kv_slot_mapping, rms_norm_weight, cos_sin_cache``),
+    with the operands of :func:`state_operands` / :func:`NormStoreOperands`."""
 
-    eps: float
-    store: StoreOperands
+    def either(self: Any, key: Any, *args: Any) -> tuple[Any, ...]:
+        if len(args) == 2:
+            return launch_args(self, key, *args)
+        *tensors, run, t = args
+        if self.op_name == "c128_compress":
+            ops = self.Operands(None, *tensors)
+        else:
+            ops = self.Operands(*tensors[:5], None, tensors[5], None)
+        return launch_args(self, key, ops, replace(run, t=t))
+
+    either.__doc__ = launch_args.__doc__
+    either.record_form = launch_args  # type: ignore[attr-defined]
+    return either
+
+
+def state_operands(kernel: str, state_cache: torch.Tensor, block_table: torch.Tensor,
+                   t: int) -> LaunchOperands:
+    """K7's :class:`LaunchOperands` of a checked call of ``t`` tokens (the GPU check script's form)."""
+    return launch_operands(kernel, OPERANDS["c128_compress"](state_cache, None, None, None, block_table), t)
+
+
+def NormStoreOperands(eps: float, store: StoreOperands) -> LaunchOperands:  # noqa: N802 (the script's name)
+    """K8's :class:`LaunchOperands` (the GPU check script's form; ``t`` comes with the call)."""
+    return LaunchOperands(0, eps, store=store)
 
 
 # --------------------------------------------------------------------------- K7
 
 
-class C128CompressBase(JitKernel[Any]):
-    """K7: at boundary tokens pool 128 state rows (16 blocks of 8) per column into fp32 ``[T, 512]``.
+class C128CompressBase(C128Base):
+    """K7: at boundary tokens pool 128 state rows (16 blocks of 8) per column into fp32 ``[T, 512]``,
+    a view of ``out`` (allocated uninitialized if None); rows of non-boundary and padding tokens are
+    not written. A backend class adds :meth:`launch_args` and the kernel."""
 
-    A backend class adds :meth:`launch_args` and the kernel."""
-
-    op_name: ClassVar[str] = "c128_compress"
+    Operands = OPERANDS["c128_compress"]
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:
@@ -206,145 +218,31 @@ class C128CompressBase(JitKernel[Any]):
             return []
         return self.trace(state_cache=Like(shape=(1, STATE_BLOCK_SIZE, 2 * DS_HEAD_DIM)))
 
-    def launch_args(
-        self,
-        key: Any,
-        token_to_req: torch.Tensor,
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        block_table: torch.Tensor,
-        out: torch.Tensor,
-        ops: StateOperands,
-        t: int,
-    ) -> tuple[Any, ...]:
-        """The executor's arguments (per backend); ``out`` is ``[>= T, 512]`` with strides (512, 1)."""
-        raise NotImplementedError
+    @staticmethod
+    def check_inputs(kernel: str, ops: Any) -> tuple[int, float]:
+        return check_k7(kernel, ops), 0.0
 
-    @kernel_launcher
-    def __call__(
-        self,
-        state_cache: torch.Tensor,
-        token_to_req: torch.Tensor,
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        block_table: torch.Tensor,
-        out: torch.Tensor | None = None,
-        *,
-        debug_checks: bool | None = None,
-    ) -> Any:
-        """K7 (spec): ``compressed_kv [T, 512]``, a view of ``out`` (allocated uninitialized if None);
-        rows of non-boundary and padding tokens are not written.
-
-        ``debug_checks`` (default: on under the CPU interpreter, off on a GPU) also reads the index
-        arrays back: live positions >= 0, request rows, the window's block-table columns and entries.
-        """
-        debug = (not self.platform.is_cuda) if debug_checks is None else debug_checks
-        t = check_c128_compress_inputs(
-            self.name, state_cache, token_to_req, positions, slot_mapping, block_table, out
-        )
-        self.check_device("state_cache", state_cache)
-        if debug:
-            check_c128_compress_values(
-                self.name, state_cache, token_to_req, positions, slot_mapping, block_table
-            )
+    def bind_output(self, ops: Any, t: int) -> tuple[Any, Any]:
+        out = ops.out
         if out is None:
-            out = torch.empty((t, DS_HEAD_DIM), dtype=torch.float32, device=state_cache.device)
-        compressed_kv = out[:t]
-        if t == 0:
-            return Immediate(compressed_kv)
-        key = self.dispatch(state_cache=state_cache)
-        ops = state_operands(self.name, state_cache, block_table, t)
-        args = self.launch_args(key, token_to_req, positions, slot_mapping, block_table, out, ops, t)
-        return key, args, compressed_kv, _same
-
-
-def _same(x: Any) -> Any:
-    return x
+            out = torch.empty((t, DS_HEAD_DIM), dtype=torch.float32, device=ops.state_cache.device)
+            ops = ops._replace(out=out)
+        return ops, out[:t]
 
 
 # --------------------------------------------------------------------------- K8a / K8b
 
 
-class C128StoreBase(JitKernel[Any]):
-    """What K8a and K8b share: the call (checks, T == 0, dispatch, operands). Each op class adds its
+class C128StoreBase(C128Base):
+    """What K8a and K8b share: the call with the K8 checks. Each op class adds its record,
     CompileKey, dispatch and warmup keys; a backend class :meth:`launch_args` and the kernel."""
 
-    #: The op name (its argument table in :data:`~dsv4kit.kernels.c128_compress.reference.ARGS`).
-    op_name: ClassVar[str]
-
-    def launch_args(
-        self,
-        key: Any,
-        compressed_kv: torch.Tensor,
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        kv_slot_mapping: torch.Tensor,
-        rms_norm_weight: torch.Tensor,
-        cos_sin_cache: torch.Tensor,
-        ops: NormStoreOperands,
-        t: int,
-    ) -> tuple[Any, ...]:
-        """The executor's arguments (per backend)."""
-        raise NotImplementedError
+    check_inputs = staticmethod(check_k8)
 
     @staticmethod
     def applies(config: C128CompressConfig) -> bool:
         """Whether a runtime of ``config`` calls this op (its warmup and registration gate)."""
         raise NotImplementedError
-
-    def _store(
-        self,
-        key_args: dict[str, Any],
-        compressed_kv: torch.Tensor,
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        kv_slot_mapping: torch.Tensor,
-        rms_norm_weight: torch.Tensor,
-        rms_norm_eps: float,
-        cos_sin_cache: torch.Tensor,
-        cache: torch.Tensor,
-        fp8_scale: torch.Tensor | None,
-        debug_checks: bool | None,
-    ) -> Any:
-        debug = (not self.platform.is_cuda) if debug_checks is None else debug_checks
-        t, eps = check_c128_store_inputs(
-            self.name,
-            self.op_name,
-            compressed_kv,
-            positions,
-            slot_mapping,
-            kv_slot_mapping,
-            rms_norm_weight,
-            rms_norm_eps,
-            cos_sin_cache,
-            cache,
-            fp8_scale,
-        )
-        self.check_device("compressed_kv", compressed_kv)
-        if self.op_name == "c128_norm_rope_store_plain":
-            check_aligned(self.name, "kv_cache", cache, 16)  # the kernels store 16-byte vectors
-        if debug:
-            check_c128_store_values(
-                self.name, positions, slot_mapping, kv_slot_mapping, cos_sin_cache, cache, fp8_scale
-            )
-        if t == 0:
-            return Immediate(None)
-        if t >= _I32:
-            raise input_error(self.name, "positions", f"fewer than {_I32} tokens", t)
-        key = self.dispatch(**key_args)
-        ops = NormStoreOperands(eps, cache_operands(cache, fp8_scale, compressed_kv))
-        args = self.launch_args(
-            key,
-            compressed_kv,
-            positions,
-            slot_mapping,
-            kv_slot_mapping,
-            rms_norm_weight,
-            cos_sin_cache,
-            ops,
-            t,
-        )
-        return key, args, None, _none
 
     def _norm_weight_keys(self, config: C128CompressConfig, **cache: Any) -> list[Any]:
         """Keys traced from ``dispatch`` for the config's norm weight dtype (and ``cache`` inputs)."""
@@ -357,14 +255,10 @@ class C128StoreBase(JitKernel[Any]):
         )
 
 
-def _none(_: Any) -> None:
-    return None
-
-
 class C128StoreDsMlaBase(C128StoreBase):
     """K8a: RMSNorm -> RoPE -> E1 -> fp8_ds_mla, page geometry in the key (trap 4)."""
 
-    op_name = "c128_norm_rope_store_ds_mla"
+    Operands = OPERANDS["c128_norm_rope_store_ds_mla"]
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:
@@ -403,44 +297,12 @@ class C128StoreDsMlaBase(C128StoreBase):
         cache = Like(shape=(1, kv_bs, DS_ENTRY_BYTES), stride=(stride, DS_ENTRY_BYTES, 1), dtype=torch.uint8)
         return self._norm_weight_keys(cfg, k_cache=cache)
 
-    @kernel_launcher
-    def __call__(
-        self,
-        compressed_kv: torch.Tensor,
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        kv_slot_mapping: torch.Tensor,
-        rms_norm_weight: torch.Tensor,
-        rms_norm_eps: float,
-        cos_sin_cache: torch.Tensor,
-        k_cache: torch.Tensor,
-        *,
-        debug_checks: bool | None = None,
-    ) -> Any:
-        """K8a (spec): write E1 of each boundary token's normalized, rotated row; returns None.
-
-        ``debug_checks`` (default: on under the CPU interpreter, off on a GPU) also reads the index
-        arrays back: kv slots unique and in range, rope rows.
-        """
-        return self._store(
-            dict(rms_norm_weight=rms_norm_weight, cos_sin_cache=cos_sin_cache, k_cache=k_cache),
-            compressed_kv,
-            positions,
-            slot_mapping,
-            kv_slot_mapping,
-            rms_norm_weight,
-            rms_norm_eps,
-            cos_sin_cache,
-            k_cache,
-            None,
-            debug_checks,
-        )
 
 
 class C128StorePlainBase(C128StoreBase):
     """K8b: RMSNorm -> RoPE -> E2 (bf16 cache) or E3 (e4m3 cache, ``fp8_scale``); geometry runtime."""
 
-    op_name = "c128_norm_rope_store_plain"
+    Operands = OPERANDS["c128_norm_rope_store_plain"]
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:
@@ -472,38 +334,6 @@ class C128StorePlainBase(C128StoreBase):
         dtype = torch.float8_e4m3fn if cfg.kv_kind == "fp8" else torch.bfloat16
         return self._norm_weight_keys(cfg, kv_cache=Like(shape=(1, 1, DS_HEAD_DIM), dtype=dtype))
 
-    @kernel_launcher
-    def __call__(
-        self,
-        compressed_kv: torch.Tensor,
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        kv_slot_mapping: torch.Tensor,
-        rms_norm_weight: torch.Tensor,
-        rms_norm_eps: float,
-        cos_sin_cache: torch.Tensor,
-        kv_cache: torch.Tensor,
-        fp8_scale: torch.Tensor | None = None,
-        *,
-        debug_checks: bool | None = None,
-    ) -> Any:
-        """K8b (spec): write E2 / E3 of each boundary token's normalized, rotated row; returns None.
-
-        ``debug_checks`` as K8a's, plus ``fp8_scale`` finite and > 0.
-        """
-        return self._store(
-            dict(rms_norm_weight=rms_norm_weight, cos_sin_cache=cos_sin_cache, kv_cache=kv_cache),
-            compressed_kv,
-            positions,
-            slot_mapping,
-            kv_slot_mapping,
-            rms_norm_weight,
-            rms_norm_eps,
-            cos_sin_cache,
-            kv_cache,
-            fp8_scale,
-            debug_checks,
-        )
 
 
 def _triton():  # the module (inferred, so tools follow `_triton().Class`); it imports this one

@@ -82,17 +82,12 @@ from typing import Any
 
 import cutlass
 import cutlass.cute as cute
-import torch
 from cutlass import BFloat16, Float32, Int32, Int64, Uint8
 
 from dsv4kit.backends.cutedsl import CuTeDSLJitKernel, fake_stream, fake_tensor, sym
 from dsv4kit.errors import input_error
-from dsv4kit.kernels.c4_compress.spec import (
-    C4CompressDsMlaBase,
-    C4CompressPlainBase,
-    CompressOperands,
-    IndexerCompressBase,
-)
+from dsv4kit.kernels.c4_compress.spec import C4CompressDsMlaBase, C4CompressPlainBase, IndexerCompressBase
+from dsv4kit.kernels.compressor.contract import LaunchOperands, flat, unit
 from dsv4kit.kernels.cute_numerics import add_rn, div_rn, exp_f32, mul_rn, sqrt_rn, sub_rn
 from dsv4kit.kernels.encoders.cutedsl import cache_align, elems_per_lane, encode_store
 from dsv4kit.kernels.encoders.spec import key_encoder
@@ -490,11 +485,6 @@ def launch_grid(t: int, head_size: int) -> tuple[int, int]:
     return -(-t // per_cta), 32 * WARPS
 
 
-def _unit(x: torch.Tensor, n: int) -> torch.Tensor:
-    """A 1-D unit-stride view of the first ``n`` elements (a size-1 tensor may carry any stride)."""
-    return x if x.stride(0) == 1 else x.as_strided((n,), (1,))
-
-
 class _C4CompressCuTeDSL:
     """What K5, K6 and K9 share (a mixin): the fakes and the runtime arguments."""
 
@@ -527,18 +517,13 @@ class _C4CompressCuTeDSL:
             enc,
         )
 
-    def launch_args(self, key, token_to_req, positions, slot_mapping, block_table, rms_norm_weight,
-                    cos_sin_cache, kv_slot_mapping, ops: CompressOperands, t) -> tuple[Any, ...]:
-        st = ops.store
-        nreq, width = block_table.shape
-        bt_span = (nreq - 1) * ops.bt_stride + width if nreq and width else 0
-        bt = block_table.as_strided((bt_span,), (1,))
-        cs = cos_sin_cache.as_strided((cos_sin_cache.numel(),), (1,))          # contiguous (checked)
-        nw = _unit(rms_norm_weight, rms_norm_weight.shape[0])
+    def launch_args(self, key: Any, ops: Any, run: LaunchOperands) -> tuple[Any, ...]:
+        st, t = run.store, run.t
         scale = st.scale.as_strided((1,), (1,))      # fp8_scale [1], or the stand-in's first element
-        return (ops.state, _unit(token_to_req, t), _unit(positions, t), _unit(slot_mapping, t), bt, nw, cs,
-                _unit(kv_slot_mapping, t), st.cache, scale, ops.sbs, ops.block_stride, ops.bt_stride, ops.eps,
-                st.kv_bs, st.page_stride, int(cta_per_token(t)))
+        return (run.state, unit(ops.token_to_req, t), unit(ops.positions, t), unit(ops.slot_mapping, t),
+                flat(ops.block_table, run.bt_stride), unit(ops.rms_norm_weight, ops.rms_norm_weight.shape[0]),
+                flat(ops.cos_sin_cache), unit(ops.kv_slot_mapping, t), st.cache, scale, run.sbs,
+                run.block_stride, run.bt_stride, run.eps, st.kv_bs, st.page_stride, int(cta_per_token(t)))
 
 
 class C4CompressDsMlaCuTeDSL(_C4CompressCuTeDSL, C4CompressDsMlaBase,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -27,18 +27,17 @@ from dsv4kit.family.spec import KernelRef
 from dsv4kit.formats.cache_dtypes import INDEXER_CACHE_DTYPES, NORM_WEIGHT_DTYPES, normalize_cache_dtype
 from dsv4kit.formats.ds_mla import DS_HEAD_DIM
 from dsv4kit.formats.indexer_cache import IDX_HEAD_DIM
-from dsv4kit.jit import Immediate, JitKernel, Like, WarmupChoices, fixed, kernel_launcher
+from dsv4kit.jit import Like, WarmupChoices, fixed
 from dsv4kit.kernels.c4_compress.reference import (
     ARGS,
+    OPERANDS,
     RATIO,
     c4_compress_ds_mla_reference,
     c4_compress_plain_reference,
-    check_c4_inputs,
-    check_c4_values,
+    check_c4,
     indexer_compress_reference,
 )
-from dsv4kit.kernels.encoders.reference import check_aligned
-from dsv4kit.kernels.encoders.spec import StoreOperands, cache_operands
+from dsv4kit.kernels.compressor.contract import CompressorBase
 
 __all__ = [
     "SPECS",
@@ -46,12 +45,8 @@ __all__ = [
     "C4CompressConfig",
     "C4CompressDsMlaBase",
     "C4CompressPlainBase",
-    "CompressOperands",
     "IndexerCompressBase",
-    "compress_operands",
 ]
-
-_I32 = 2**31
 
 
 @dataclass(frozen=True)
@@ -96,144 +91,14 @@ class C4CompressConfig:
         return normalize_cache_dtype(self.cache_dtype, "C4CompressConfig")
 
 
-@dataclass(frozen=True)
-class CompressOperands:
-    """What both backends launch with besides the caller's per-token arrays (after the checks).
+class C4CompressBase(CompressorBase):
+    """What K5, K6 and K9 share: the call (:class:`~dsv4kit.kernels.compressor.contract.CompressorBase`)
+    with the C4 checks. Each op class adds its record, CompileKey, dispatch and warmup keys; a
+    backend class :meth:`launch_args` and the kernel."""
 
-    ``state``: a 1-D fp32 view of the state cache from its first block (16-byte aligned, §2.8);
-    ``block_stride``: elements between state blocks; ``sbs``: rows per block; ``bt_stride``:
-    elements between block-table rows; ``eps``: fp32-rounded by the kernels; ``store``: where the
-    encoded rows go (:class:`~dsv4kit.kernels.encoders.spec.StoreOperands`).
-    """
-
-    state: torch.Tensor
-    block_stride: int
-    sbs: int
-    bt_stride: int
-    eps: float
-    store: StoreOperands
-
-
-def compress_operands(
-    kernel: str,
-    state_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    cache: torch.Tensor,
-    fp8_scale: torch.Tensor | None,
-    eps: float,
-    t: int,
-) -> CompressOperands:
-    """The :class:`CompressOperands` of a checked call of ``t`` tokens."""
-    if t >= _I32:
-        raise input_error(kernel, "positions", f"fewer than {_I32} tokens", t)
-    nsb, sbs, row = state_cache.shape
-    span = (nsb - 1) * state_cache.stride(0) + sbs * row if nsb else 1
-    state = state_cache.as_strided((max(span, 1),), (1,))
-    return CompressOperands(
-        state,
-        state_cache.stride(0),
-        sbs,
-        block_table.stride(0) if block_table.dim() else 0,
-        eps,
-        cache_operands(cache, fp8_scale, state),
-    )
-
-
-class C4CompressBase(JitKernel[Any]):
-    """What K5, K6 and K9 share: the call (checks, T == 0, dispatch, operands). Each op class adds
-    its CompileKey, dispatch and warmup keys; a backend class :meth:`launch_args` and the kernel."""
-
-    #: The op name (its argument table in :data:`~dsv4kit.kernels.c4_compress.reference.ARGS`).
-    op_name: ClassVar[str]
-    #: The head D the op pools (512 or 128).
-    head: ClassVar[int]
-
-    def launch_args(
-        self,
-        key: Any,
-        token_to_req: torch.Tensor,
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        block_table: torch.Tensor,
-        rms_norm_weight: torch.Tensor,
-        cos_sin_cache: torch.Tensor,
-        kv_slot_mapping: torch.Tensor,
-        ops: CompressOperands,
-        t: int,
-    ) -> tuple[Any, ...]:
-        """The executor's arguments (per backend)."""
-        raise NotImplementedError
-
-    def _compress(
-        self,
-        key_args: dict[str, Any],
-        state_cache: torch.Tensor,
-        token_to_req: torch.Tensor,
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        block_table: torch.Tensor,
-        state_block_size: int,
-        rms_norm_weight: torch.Tensor,
-        rms_norm_eps: float,
-        cos_sin_cache: torch.Tensor,
-        cache: torch.Tensor,
-        kv_slot_mapping: torch.Tensor,
-        fp8_scale: torch.Tensor | None,
-        use_fp4_cache: bool | None,
-        debug_checks: bool | None,
-    ) -> Any:
-        debug = (not self.platform.is_cuda) if debug_checks is None else debug_checks
-        t, eps = check_c4_inputs(
-            self.name,
-            self.op_name,
-            state_cache,
-            token_to_req,
-            positions,
-            slot_mapping,
-            block_table,
-            state_block_size,
-            rms_norm_weight,
-            rms_norm_eps,
-            cos_sin_cache,
-            cache,
-            kv_slot_mapping,
-            fp8_scale,
-            use_fp4_cache,
-        )
-        self.check_device("state_cache", state_cache)
-        if self.op_name == "c4_compress_plain":
-            check_aligned(self.name, "kv_cache", cache, 16)  # the kernels store 16-byte vectors
-        if debug:
-            check_c4_values(
-                self.name,
-                state_cache,
-                token_to_req,
-                positions,
-                slot_mapping,
-                block_table,
-                cos_sin_cache,
-                cache,
-                kv_slot_mapping,
-                self.head,
-                fp8_scale,
-            )
-        if t == 0:
-            return Immediate(None)
-        key = self.dispatch(**key_args)
-        ops = compress_operands(self.name, state_cache, block_table, cache, fp8_scale, eps, t)
-        args = self.launch_args(
-            key,
-            token_to_req,
-            positions,
-            slot_mapping,
-            block_table,
-            rms_norm_weight,
-            cos_sin_cache,
-            kv_slot_mapping,
-            ops,
-            t,
-        )
-        return key, args, None, _none
+    ratio = RATIO
+    overlap = True
+    check_inputs = staticmethod(check_c4)
 
     @staticmethod
     def applies(config: C4CompressConfig) -> bool:
@@ -253,18 +118,10 @@ class C4CompressBase(JitKernel[Any]):
         )
 
 
-def _none(_: Any) -> None:
-    return None
-
-
-def _dtype_name(t: Any) -> str:
-    return str(t.dtype).removeprefix("torch.")
-
-
 class C4CompressDsMlaBase(C4CompressBase):
     """K5: C4 pool (D 512) -> RMSNorm -> RoPE -> E1 -> fp8_ds_mla."""
 
-    op_name = "c4_compress_ds_mla"
+    Operands = OPERANDS["c4_compress_ds_mla"]
     head = DS_HEAD_DIM
 
     @dataclass(frozen=True, kw_only=True)
@@ -297,52 +154,12 @@ class C4CompressDsMlaBase(C4CompressBase):
         cfg = config or C4CompressConfig()
         return self._norm_weight_keys(cfg) if self.applies(cfg) else []
 
-    @kernel_launcher
-    def __call__(
-        self,
-        state_cache: torch.Tensor,
-        token_to_req: torch.Tensor,
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        block_table: torch.Tensor,
-        state_block_size: int,
-        rms_norm_weight: torch.Tensor,
-        rms_norm_eps: float,
-        cos_sin_cache: torch.Tensor,
-        k_cache: torch.Tensor,
-        kv_slot_mapping: torch.Tensor,
-        *,
-        debug_checks: bool | None = None,
-    ) -> Any:
-        """K5 (spec): write E1 of each boundary token's compressed row; returns None.
-
-        ``debug_checks`` (default: on under the CPU interpreter, off on a GPU) also reads the
-        index arrays back: kv slots unique and in range, request rows, window block-table columns
-        and entries, rope rows.
-        """
-        return self._compress(
-            dict(rms_norm_weight=rms_norm_weight, state_cache=state_cache, cos_sin_cache=cos_sin_cache),
-            state_cache,
-            token_to_req,
-            positions,
-            slot_mapping,
-            block_table,
-            state_block_size,
-            rms_norm_weight,
-            rms_norm_eps,
-            cos_sin_cache,
-            k_cache,
-            kv_slot_mapping,
-            None,
-            None,
-            debug_checks,
-        )
 
 
 class C4CompressPlainBase(C4CompressBase):
     """K6: as K5 up to the row, then E2 (bf16 cache) or E3 (e4m3 cache, ``fp8_scale``)."""
 
-    op_name = "c4_compress_plain"
+    Operands = OPERANDS["c4_compress_plain"]
     head = DS_HEAD_DIM
 
     @dataclass(frozen=True, kw_only=True)
@@ -378,56 +195,12 @@ class C4CompressPlainBase(C4CompressBase):
         cache_dtype = torch.float8_e4m3fn if cfg.kv_kind == "fp8" else torch.bfloat16
         return self._norm_weight_keys(cfg, kv_cache=Like(shape=(1, 1, DS_HEAD_DIM), dtype=cache_dtype))
 
-    @kernel_launcher
-    def __call__(
-        self,
-        state_cache: torch.Tensor,
-        token_to_req: torch.Tensor,
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        block_table: torch.Tensor,
-        state_block_size: int,
-        rms_norm_weight: torch.Tensor,
-        rms_norm_eps: float,
-        cos_sin_cache: torch.Tensor,
-        kv_cache: torch.Tensor,
-        kv_slot_mapping: torch.Tensor,
-        fp8_scale: torch.Tensor | None = None,
-        *,
-        debug_checks: bool | None = None,
-    ) -> Any:
-        """K6 (spec): write E2 / E3 of each boundary token's compressed row; returns None.
-
-        ``debug_checks`` as K5's, plus ``fp8_scale`` finite and > 0.
-        """
-        return self._compress(
-            dict(
-                rms_norm_weight=rms_norm_weight,
-                state_cache=state_cache,
-                cos_sin_cache=cos_sin_cache,
-                kv_cache=kv_cache,
-            ),
-            state_cache,
-            token_to_req,
-            positions,
-            slot_mapping,
-            block_table,
-            state_block_size,
-            rms_norm_weight,
-            rms_norm_eps,
-            cos_sin_cache,
-            kv_cache,
-            kv_slot_mapping,
-            fp8_scale,
-            None,
-            debug_checks,
-        )
 
 
 class IndexerCompressBase(C4CompressBase):
     """K9: C4 pool (D 128) -> RMSNorm -> RoPE -> E4 (FP8) or E5 (MXFP4) indexer K cache."""
 
-    op_name = "indexer_compress"
+    Operands = OPERANDS["indexer_compress"]
     head = IDX_HEAD_DIM
 
     @dataclass(frozen=True, kw_only=True)
@@ -467,47 +240,6 @@ class IndexerCompressBase(C4CompressBase):
             return []
         return self._norm_weight_keys(cfg, use_fp4_cache=WarmupChoices(cfg.indexer_cache_dtype == "mxfp4"))
 
-    @kernel_launcher
-    def __call__(
-        self,
-        state_cache: torch.Tensor,
-        token_to_req: torch.Tensor,
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        block_table: torch.Tensor,
-        state_block_size: int,
-        rms_norm_weight: torch.Tensor,
-        rms_norm_eps: float,
-        cos_sin_cache: torch.Tensor,
-        k_cache: torch.Tensor,
-        kv_slot_mapping: torch.Tensor,
-        use_fp4_cache: bool,
-        *,
-        debug_checks: bool | None = None,
-    ) -> Any:
-        """K9 (spec): write E4 / E5 of each boundary token's compressed indexer key; returns None."""
-        return self._compress(
-            dict(
-                rms_norm_weight=rms_norm_weight,
-                state_cache=state_cache,
-                cos_sin_cache=cos_sin_cache,
-                use_fp4_cache=use_fp4_cache,
-            ),
-            state_cache,
-            token_to_req,
-            positions,
-            slot_mapping,
-            block_table,
-            state_block_size,
-            rms_norm_weight,
-            rms_norm_eps,
-            cos_sin_cache,
-            k_cache,
-            kv_slot_mapping,
-            None,
-            use_fp4_cache,
-            debug_checks,
-        )
 
 
 def _triton():  # the module (inferred, so tools follow `_triton().Class`); it imports this one

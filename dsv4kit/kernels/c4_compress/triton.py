@@ -38,12 +38,8 @@ import triton
 import triton.language as tl
 
 from dsv4kit.backends.triton import Const, FromKey, Ptr, Runtime, TritonJitKernel
-from dsv4kit.kernels.c4_compress.spec import (
-    C4CompressDsMlaBase,
-    C4CompressPlainBase,
-    CompressOperands,
-    IndexerCompressBase,
-)
+from dsv4kit.kernels.c4_compress.spec import C4CompressDsMlaBase, C4CompressPlainBase, IndexerCompressBase
+from dsv4kit.kernels.compressor.contract import LaunchOperands
 from dsv4kit.kernels.encoders.spec import key_encoder
 from dsv4kit.kernels.encoders.triton import encode_store
 
@@ -309,39 +305,27 @@ class _C4CompressTriton:
     def grid(self, key: Any, args: Mapping[str, Any]) -> tuple[int, ...]:
         return (launch_shape(args["T"])[1],)
 
-    def launch_args(
-        self,
-        key,
-        token_to_req,
-        positions,
-        slot_mapping,
-        block_table,
-        rms_norm_weight,
-        cos_sin_cache,
-        kv_slot_mapping,
-        ops: CompressOperands,
-        t,
-    ) -> tuple[Any, ...]:
-        st = ops.store
+    def launch_args(self, key: Any, ops: Any, run: LaunchOperands) -> tuple[Any, ...]:
+        st = run.store
         return (
-            ops.state,
-            token_to_req,
-            positions,
-            slot_mapping,
-            block_table,
-            rms_norm_weight,
-            cos_sin_cache,
-            kv_slot_mapping,
+            run.state,
+            ops.token_to_req,
+            ops.positions,
+            ops.slot_mapping,
+            ops.block_table,
+            ops.rms_norm_weight,
+            ops.cos_sin_cache,
+            ops.kv_slot_mapping,
             st.cache,
             st.scale,
-            ops.sbs,
-            ops.block_stride,
-            ops.bt_stride,
-            ops.eps,
+            run.sbs,
+            run.block_stride,
+            run.bt_stride,
+            run.eps,
             st.kv_bs,
             st.page_stride,
-            t,
-            launch_shape(t)[0],
+            run.t,
+            launch_shape(run.t)[0],
         )
 
 
