@@ -16,13 +16,6 @@ c128_compress = SPECS["c128_compress"].op
 c128_norm_rope_store_ds_mla = SPECS["c128_norm_rope_store_ds_mla"].op
 c128_norm_rope_store_plain = SPECS["c128_norm_rope_store_plain"].op
 
-__all__ = [
-    "SPECS",
-    "C128CompressConfig",
-    "c128_compress",
-    "c128_compress_reference",
-    "c128_norm_rope_store_ds_mla",
-    "c128_norm_rope_store_ds_mla_reference",
-    "c128_norm_rope_store_plain",
-    "c128_norm_rope_store_plain_reference",
-]
+__all__ = ["SPECS", "C128CompressConfig", "c128_compress", "c128_compress_reference",
+           "c128_norm_rope_store_ds_mla", "c128_norm_rope_store_ds_mla_reference",
+           "c128_norm_rope_store_plain", "c128_norm_rope_store_plain_reference"]

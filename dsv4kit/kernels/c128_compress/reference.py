@@ -19,35 +19,14 @@ from dsv4kit.family.operands import operands, with_operands
 from dsv4kit.family.schema import Arg
 from dsv4kit.formats.checks import check_per_token, check_same_device
 from dsv4kit.formats.ds_mla import DS_HEAD_DIM
+from dsv4kit.kernels.compressor import reference as common
 from dsv4kit.kernels.compressor.contract import CompressorOperands
-from dsv4kit.kernels.compressor.reference import (
-    check_compressor_inputs,
-    check_norm_rope_inputs,
-    check_store_inputs,
-    check_values,
-    compress_rows,
-    norm_rope_rows,
-    store_rows,
-)
 
-__all__ = [
-    "ARGS",
-    "CACHE_ARG",
-    "OPERANDS",
-    "RATIO",
-    "STATE_BLOCK_SIZE",
-    "STORE_OPS",
-    "c128_compress_reference",
-    "c128_norm_rope_store_ds_mla_reference",
-    "c128_norm_rope_store_plain_reference",
-    "c128_rows",
-    "check_c128_compress_inputs",
-    "check_c128_compress_values",
-    "check_c128_store_inputs",
-    "check_c128_store_values",
-    "check_k7",
-    "check_k8",
-]
+__all__ = ["ARGS", "CACHE_ARG", "OPERANDS", "RATIO", "STATE_BLOCK_SIZE", "STORE_OPS",
+           "c128_compress_reference", "c128_norm_rope_store_ds_mla_reference",
+           "c128_norm_rope_store_plain_reference", "c128_rows",
+           "check_c128_compress_inputs", "check_c128_compress_values", "check_c128_store_inputs",
+           "check_c128_store_values", "check_k7", "check_k8"]
 
 #: The compress ratio (window rows) of every kernel here.
 RATIO = 128
@@ -186,7 +165,7 @@ def check_k7(kernel: str, ops: Any) -> int:
             f"shape[1] (state block size) == {STATE_BLOCK_SIZE}",
             f"shape {tuple(state_cache.shape)}",
         )
-    t = check_compressor_inputs(kernel, ops, None, DS_HEAD_DIM)
+    t = common.check_compressor_inputs(kernel, ops, None, DS_HEAD_DIM)
     if out is not None:
         if out.dim() != 2 or out.shape[0] < t or out.shape[1] != DS_HEAD_DIM:
             raise input_error(kernel, "out", f"shape [>= {t}, {DS_HEAD_DIM}]", f"shape {tuple(out.shape)}")
@@ -205,9 +184,9 @@ def _k7_reference(ops: Any) -> torch.Tensor:
     compressed_kv = out[:t]
     if t == 0:
         return compressed_kv
-    idx = check_values(kernel, ops, RATIO, False, DS_HEAD_DIM)
+    idx = common.check_values(kernel, ops, RATIO, False, DS_HEAD_DIM)
     if idx.numel():
-        compressed_kv[idx] = compress_rows(
+        compressed_kv[idx] = common.compress_rows(
             kernel, ops.state_cache, ops.block_table, ops.token_to_req[idx], ops.positions[idx], RATIO, False,
             DS_HEAD_DIM
         )
@@ -243,25 +222,20 @@ def check_k8(kernel: str, ops: Any) -> tuple[int, float]:
         )
     check_per_token(kernel, "slot_mapping", ops.slot_mapping, torch.int64, t)
     check_per_token(kernel, "kv_slot_mapping", ops.kv_slot_mapping, torch.int64, t)
-    eps = check_norm_rope_inputs(kernel, ops, DS_HEAD_DIM)
-    check_store_inputs(kernel, ops, t)
+    eps = common.check_norm_rope_inputs(kernel, ops, DS_HEAD_DIM)
+    common.check_store_inputs(kernel, ops, t)
     return t, eps
 
 
 def c128_rows(kernel: str, ops: Any, eps: float, idx: torch.Tensor) -> torch.Tensor:
     """The fp32 rows ``y [n, 512]`` of the tokens ``idx``: rmsnorm -> rope at (p // 128) * 128."""
-    return norm_rope_rows(
+    return common.norm_rope_rows(
         kernel, ops.compressed_kv[idx], ops.positions[idx], RATIO, ops.rms_norm_weight, eps, ops.cos_sin_cache
     )
 
 
 def _k8_reference(ops: Any) -> None:
-    """Every check, then the rows of the tokens that write an entry, encoded into the cache."""
-    t, eps = check_k8(ops.op, ops)
-    if t:
-        idx = check_values(ops.op, ops, RATIO, False, DS_HEAD_DIM)
-        if idx.numel():
-            store_rows(ops, ops.kv_slot_mapping[idx], c128_rows(ops.op, ops, eps, idx))
+    common.stored_reference(ops, check_k8, c128_rows, RATIO, False, DS_HEAD_DIM)
 
 
 c128_norm_rope_store_ds_mla_reference = with_operands(
@@ -285,7 +259,7 @@ def check_c128_compress_inputs(kernel: str, *args: Any) -> int:
 def check_c128_compress_values(kernel: str, *args: Any) -> torch.Tensor:
     """The value checks of K7's arguments (``state_cache, token_to_req, positions, slot_mapping,
     block_table``); returns the boundary tokens."""
-    return check_values(kernel, OPERANDS["c128_compress"](*args), RATIO, False, DS_HEAD_DIM)
+    return common.check_values(kernel, OPERANDS["c128_compress"](*args), RATIO, False, DS_HEAD_DIM)
 
 
 def check_c128_store_inputs(kernel: str, op: str, *args: Any) -> tuple[int, float]:
@@ -302,4 +276,4 @@ def check_c128_store_values(kernel: str, positions: torch.Tensor, slot_mapping: 
     arguments passed one by one; returns the indices of the tokens that write an entry."""
     ops = OPERANDS["c128_norm_rope_store_plain"](None, positions, slot_mapping, kv_slot_mapping, None, None,
                                                  cos_sin_cache, cache, fp8_scale)
-    return check_values(kernel, ops, RATIO, False, DS_HEAD_DIM)
+    return common.check_values(kernel, ops, RATIO, False, DS_HEAD_DIM)

@@ -17,25 +17,20 @@ ratios and a plain-row cache dtype (``store_full_fp8`` from the one dtype-string
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from dsv4kit.errors import input_error
-from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, Variant
-from dsv4kit.family.spec import KernelRef
-from dsv4kit.formats.cache_dtypes import NORM_WEIGHT_DTYPES, normalize_cache_dtype
 from dsv4kit.formats.ds_mla import (
     DS_ENTRY_BYTES,
     DS_HEAD_DIM,
     check_ds_cache,
     ds_min_page_stride,
 )
-from dsv4kit.jit import Like, WarmupChoices, fixed
+from dsv4kit.jit import Like, fixed
 from dsv4kit.kernels.c128_compress.reference import (
-    ARGS,
     OPERANDS,
     RATIO,
     STATE_BLOCK_SIZE,
@@ -45,23 +40,22 @@ from dsv4kit.kernels.c128_compress.reference import (
     check_k7,
     check_k8,
 )
-from dsv4kit.kernels.compressor.contract import CompressorBase, LaunchOperands, launch_operands
+from dsv4kit.kernels.compressor.contract import (
+    CompressorBase,
+    CompressorConfig,
+    LaunchOperands,
+    compressor_spec,
+    launch_operands,
+    specs,
+)
 from dsv4kit.kernels.encoders.spec import StoreOperands
 
-__all__ = [
-    "SPECS",
-    "C128CompressBase",
-    "C128CompressConfig",
-    "C128StoreBase",
-    "C128StoreDsMlaBase",
-    "C128StorePlainBase",
-    "NormStoreOperands",
-    "state_operands",
-]
+__all__ = ["SPECS", "C128CompressBase", "C128CompressConfig", "C128StoreBase", "C128StoreDsMlaBase",
+           "C128StorePlainBase", "NormStoreOperands", "state_operands"]
 
 
 @dataclass(frozen=True)
-class C128CompressConfig:
+class C128CompressConfig(CompressorConfig):
     """The warmup inputs the C128 compressors read (spec §2.11); defaults: DSv4-Flash.
 
     ``k_cache_geometry``: ``(kv_bs, page stride in bytes)`` of the bound fp8_ds_mla cache, when
@@ -83,31 +77,13 @@ class C128CompressConfig:
         if self.state_block_size != STATE_BLOCK_SIZE or isinstance(self.state_block_size, bool):
             why = f"{STATE_BLOCK_SIZE} (K7 pools 16 whole blocks of 8 state rows; spec §2.11 trap 5)"
             raise input_error(where, "state_block_size", why, repr(self.state_block_size))
-        b = self.cache_block_size
-        if isinstance(b, bool) or not isinstance(b, int) or b < 0:
-            raise input_error(where, "cache_block_size", "an int >= 0", repr(b))
-        if not isinstance(self.compress_ratios, Iterable) or not all(
-            isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in self.compress_ratios
-        ):
-            raise input_error(where, "compress_ratios", "ints >= 0", repr(self.compress_ratios))
-        normalize_cache_dtype(self.cache_dtype, where)  # trap 3: e5m2 and friends raise here
-        if self.norm_weight_dtype not in NORM_WEIGHT_DTYPES:
-            raise input_error(
-                where,
-                "norm_weight_dtype",
-                f"one of {', '.join(NORM_WEIGHT_DTYPES)}",
-                repr(self.norm_weight_dtype),
-            )
+        self.check_common()
         g = self.k_cache_geometry
         if g is not None:
             ok = isinstance(g, tuple) and len(g) == 2 and all(isinstance(v, int) and v > 0 for v in g)
             if not ok or g[1] % 576 or g[1] < g[0] * DS_ENTRY_BYTES:
-                raise input_error(
-                    where,
-                    "k_cache_geometry",
-                    "(kv_bs, page stride): stride % 576 == 0, >= 584 kv_bs",
-                    repr(g),
-                )
+                why = "(kv_bs, page stride): stride % 576 == 0, >= 584 kv_bs"
+                raise input_error(where, "k_cache_geometry", why, repr(g))
 
     def with_cache(self, k_cache: torch.Tensor) -> C128CompressConfig:
         """This config with the page geometry of the runtime's bound fp8_ds_mla cache (trap 4)."""
@@ -117,11 +93,6 @@ class C128CompressConfig:
     @property
     def has_c128(self) -> bool:
         return RATIO in self.compress_ratios
-
-    @property
-    def kv_kind(self) -> str:
-        """``"fp8_ds_mla"``, ``"fp8"`` or ``"bfloat16"`` (the one map of trap 3)."""
-        return normalize_cache_dtype(self.cache_dtype, "C128CompressConfig")
 
     @property
     def page_geometry(self) -> tuple[int, int]:
@@ -143,6 +114,7 @@ class C128Base(CompressorBase):
     ratio = RATIO
     overlap = False
     head = DS_HEAD_DIM
+    config_type = C128CompressConfig
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -209,14 +181,10 @@ class C128CompressBase(C128Base):
 
     @staticmethod
     def applies(config: C128CompressConfig) -> bool:
-        """Whether a runtime of ``config`` calls K7 (its warmup and registration gate)."""
         return config.has_c128
 
-    def get_warmup_keys(self, config: C128CompressConfig | None = None) -> list[CompileKey]:
-        cfg = config or C128CompressConfig()
-        if not self.applies(cfg):
-            return []
-        return self.trace(state_cache=Like(shape=(1, STATE_BLOCK_SIZE, 2 * DS_HEAD_DIM)))
+    def key_inputs(self, config: C128CompressConfig) -> dict[str, Any]:
+        return {"state_cache": Like(shape=(1, STATE_BLOCK_SIZE, 2 * DS_HEAD_DIM))}
 
     @staticmethod
     def check_inputs(kernel: str, ops: Any) -> tuple[int, float]:
@@ -238,21 +206,6 @@ class C128StoreBase(C128Base):
     CompileKey, dispatch and warmup keys; a backend class :meth:`launch_args` and the kernel."""
 
     check_inputs = staticmethod(check_k8)
-
-    @staticmethod
-    def applies(config: C128CompressConfig) -> bool:
-        """Whether a runtime of ``config`` calls this op (its warmup and registration gate)."""
-        raise NotImplementedError
-
-    def _norm_weight_keys(self, config: C128CompressConfig, **cache: Any) -> list[Any]:
-        """Keys traced from ``dispatch`` for the config's norm weight dtype (and ``cache`` inputs)."""
-        return self.trace(
-            rms_norm_weight=Like(
-                shape=(DS_HEAD_DIM,), dtype=WarmupChoices(NORM_WEIGHT_DTYPES[config.norm_weight_dtype])
-            ),
-            cos_sin_cache=Like(shape=(1, 64)),
-            **cache,
-        )
 
 
 class C128StoreDsMlaBase(C128StoreBase):
@@ -287,15 +240,12 @@ class C128StoreDsMlaBase(C128StoreBase):
 
     @staticmethod
     def applies(config: C128CompressConfig) -> bool:
-        return config.has_c128 and config.kv_kind == "fp8_ds_mla"
+        return config.stores(RATIO, "fp8_ds_mla")
 
-    def get_warmup_keys(self, config: C128CompressConfig | None = None) -> list[CompileKey]:
-        cfg = config or C128CompressConfig()
-        if not self.applies(cfg):
-            return []
-        kv_bs, stride = cfg.page_geometry
+    def key_inputs(self, config: C128CompressConfig) -> dict[str, Any]:
+        kv_bs, stride = config.page_geometry
         cache = Like(shape=(1, kv_bs, DS_ENTRY_BYTES), stride=(stride, DS_ENTRY_BYTES, 1), dtype=torch.uint8)
-        return self._norm_weight_keys(cfg, k_cache=cache)
+        return {**super().key_inputs(config), "k_cache": cache}
 
 
 
@@ -325,14 +275,10 @@ class C128StorePlainBase(C128StoreBase):
 
     @staticmethod
     def applies(config: C128CompressConfig) -> bool:
-        return config.has_c128 and config.kv_kind != "fp8_ds_mla"
+        return config.stores(RATIO, "plain")
 
-    def get_warmup_keys(self, config: C128CompressConfig | None = None) -> list[CompileKey]:
-        cfg = config or C128CompressConfig()
-        if not self.applies(cfg):
-            return []
-        dtype = torch.float8_e4m3fn if cfg.kv_kind == "fp8" else torch.bfloat16
-        return self._norm_weight_keys(cfg, kv_cache=Like(shape=(1, 1, DS_HEAD_DIM), dtype=dtype))
+    def key_inputs(self, config: C128CompressConfig) -> dict[str, Any]:
+        return {**super().key_inputs(config), "kv_cache": config.plain_cache()}
 
 
 
@@ -348,71 +294,38 @@ def _cutedsl():  # imported on first use: CUTLASS costs 0.5 s at import
     return cutedsl
 
 
-def _spec(
-    contract: Any,
-    spec_id: str,
-    summary: str,
-    reference: Any,
-    backends: tuple[KernelRef, KernelRef],
-    returns: str,
-    device_arg: str,
-) -> FamilySpec:
-    return FamilySpec(
-        name=contract.op_name,
-        spec_id=spec_id,
-        summary=summary,
-        op_name=contract.op_name,
-        args=ARGS[contract.op_name],
-        contract=contract,
-        variants={DEFAULT_VARIANT: Variant(reference, *backends)},
-        returns=returns,
-        device_arg=device_arg,
-        config_type=C128CompressConfig,
-        folder="c128_compress",
-        # K7 writes out (allocated [T, 512] when None) and returns its first T rows; K8 the cache.
-        mutates=tuple(a.name for a in ARGS[contract.op_name] if a.name in ("out", "k_cache", "kv_cache")),
-        result=(lambda a: a["out"][: a["positions"].shape[0]]) if contract is C128CompressBase else None,
+SPECS = specs(
+    compressor_spec(
+        C128CompressBase,
+        "K7",
+        "C128 compress: pool the 128-row window (16 state blocks of 8) at each boundary token into an fp32 "
+        "row; C128 layers, every step",
+        c128_compress_reference,
+        (lambda: _triton().C128CompressTriton, lambda: _cutedsl().C128CompressCuTeDSL),
+        "c128_compress",
+        "compressed_kv [T, 512] fp32, a view of out (rows of boundary tokens with slots >= 0 written; the "
+        "others untouched)",
+        # K7 writes out (allocated [T, 512] when None) and returns its first T rows.
+        result=lambda a: a["out"][: a["positions"].shape[0]],
         allocates={"out": lambda a: torch.empty((a["positions"].shape[0], DS_HEAD_DIM), dtype=torch.float32,
-                                                device=a["state_cache"].device)}
-        if contract is C128CompressBase else {},
-    )
-
-
-_STORED = "None (the entries of boundary tokens with slots >= 0 are written in place; no other byte changes)"
-
-SPECS: dict[str, FamilySpec] = {
-    s.name: s
-    for s in (
-        _spec(
-            C128CompressBase,
-            "K7",
-            "C128 compress: pool the 128-row window (16 state blocks of 8) at each boundary token into an "
-            "fp32 row; C128 layers, every step",
-            c128_compress_reference,
-            (lambda: _triton().C128CompressTriton, lambda: _cutedsl().C128CompressCuTeDSL),
-            "compressed_kv [T, 512] fp32, a view of out (rows of boundary tokens with slots >= 0 written; "
-            "the others untouched)",
-            "state_cache",
-        ),
-        _spec(
-            C128StoreDsMlaBase,
-            "K8a",
-            "C128 RMSNorm -> RoPE -> E1 into the fp8_ds_mla cache (page geometry in the key, trap 4); "
-            "C128 layers with an fp8_ds_mla cache, every step",
-            c128_norm_rope_store_ds_mla_reference,
-            (lambda: _triton().C128StoreDsMlaTriton, lambda: _cutedsl().C128StoreDsMlaCuTeDSL),
-            _STORED,
-            "compressed_kv",
-        ),
-        _spec(
-            C128StorePlainBase,
-            "K8b",
-            "C128 RMSNorm -> RoPE -> E2 bf16 / E3 e4m3 into a plain-row cache; C128 layers with a bf16 / "
-            "fp8 cache, every step",
-            c128_norm_rope_store_plain_reference,
-            (lambda: _triton().C128StorePlainTriton, lambda: _cutedsl().C128StorePlainCuTeDSL),
-            _STORED,
-            "compressed_kv",
-        ),
-    )
-}
+                                                device=a["state_cache"].device)},
+    ),
+    compressor_spec(
+        C128StoreDsMlaBase,
+        "K8a",
+        "C128 RMSNorm -> RoPE -> E1 into the fp8_ds_mla cache (page geometry in the key, trap 4); C128 "
+        "layers with an fp8_ds_mla cache, every step",
+        c128_norm_rope_store_ds_mla_reference,
+        (lambda: _triton().C128StoreDsMlaTriton, lambda: _cutedsl().C128StoreDsMlaCuTeDSL),
+        "c128_compress",
+    ),
+    compressor_spec(
+        C128StorePlainBase,
+        "K8b",
+        "C128 RMSNorm -> RoPE -> E2 bf16 / E3 e4m3 into a plain-row cache; C128 layers with a bf16 / fp8 "
+        "cache, every step",
+        c128_norm_rope_store_plain_reference,
+        (lambda: _triton().C128StorePlainTriton, lambda: _cutedsl().C128StorePlainCuTeDSL),
+        "c128_compress",
+    ),
+)

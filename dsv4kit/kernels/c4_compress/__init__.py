@@ -15,13 +15,6 @@ c4_compress_ds_mla = SPECS["c4_compress_ds_mla"].op
 c4_compress_plain = SPECS["c4_compress_plain"].op
 indexer_compress = SPECS["indexer_compress"].op
 
-__all__ = [
-    "SPECS",
-    "C4CompressConfig",
-    "c4_compress_ds_mla",
-    "c4_compress_ds_mla_reference",
-    "c4_compress_plain",
-    "c4_compress_plain_reference",
-    "indexer_compress",
-    "indexer_compress_reference",
-]
+__all__ = ["SPECS", "C4CompressConfig", "c4_compress_ds_mla", "c4_compress_ds_mla_reference",
+           "c4_compress_plain", "c4_compress_plain_reference", "indexer_compress",
+           "indexer_compress_reference"]

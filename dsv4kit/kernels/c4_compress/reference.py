@@ -26,22 +26,12 @@ from dsv4kit.kernels.compressor.reference import (
     check_values,
     compress_rows,
     norm_rope_rows,
-    store_rows,
+    stored_reference,
 )
 
-__all__ = [
-    "ARGS",
-    "CACHE_ARG",
-    "HEAD_DIM",
-    "OPERANDS",
-    "RATIO",
-    "c4_compress_ds_mla_reference",
-    "c4_compress_plain_reference",
-    "c4_rows",
-    "check_c4",
-    "check_c4_values",
-    "indexer_compress_reference",
-]
+__all__ = ["ARGS", "CACHE_ARG", "HEAD_DIM", "OPERANDS", "RATIO", "c4_compress_ds_mla_reference",
+           "c4_compress_plain_reference", "c4_rows", "check_c4", "check_c4_values",
+           "indexer_compress_reference"]
 
 #: The compress ratio of every kernel here (and of their windows: 2 R = 8 rows).
 RATIO = 4
@@ -175,12 +165,7 @@ def c4_rows(kernel: str, ops: Any, eps: float, idx: torch.Tensor) -> torch.Tenso
 
 
 def _reference(ops: Any) -> None:
-    """Every check, then the rows of the tokens that write an entry, encoded into the cache."""
-    t, eps = check_c4(ops.op, ops)
-    if t:
-        idx = check_values(ops.op, ops, RATIO, True, HEAD_DIM[ops.op])
-        if idx.numel():
-            store_rows(ops, ops.kv_slot_mapping[idx], c4_rows(ops.op, ops, eps, idx))
+    stored_reference(ops, check_c4, c4_rows, RATIO, True, HEAD_DIM[ops.op])
 
 
 c4_compress_ds_mla_reference = with_operands(

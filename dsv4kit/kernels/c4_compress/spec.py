@@ -15,21 +15,17 @@ in ratios and a plain-row cache dtype (``store_full_fp8`` from the one dtype-str
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from dsv4kit.errors import input_error
-from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, Variant
-from dsv4kit.family.spec import KernelRef
-from dsv4kit.formats.cache_dtypes import INDEXER_CACHE_DTYPES, NORM_WEIGHT_DTYPES, normalize_cache_dtype
+from dsv4kit.formats.cache_dtypes import INDEXER_CACHE_DTYPES
 from dsv4kit.formats.ds_mla import DS_HEAD_DIM
 from dsv4kit.formats.indexer_cache import IDX_HEAD_DIM
 from dsv4kit.jit import Like, WarmupChoices, fixed
 from dsv4kit.kernels.c4_compress.reference import (
-    ARGS,
     OPERANDS,
     RATIO,
     c4_compress_ds_mla_reference,
@@ -37,7 +33,7 @@ from dsv4kit.kernels.c4_compress.reference import (
     check_c4,
     indexer_compress_reference,
 )
-from dsv4kit.kernels.compressor.contract import CompressorBase
+from dsv4kit.kernels.compressor.contract import CompressorBase, CompressorConfig, compressor_spec, specs
 
 __all__ = [
     "SPECS",
@@ -50,7 +46,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class C4CompressConfig:
+class C4CompressConfig(CompressorConfig):
     """The warmup inputs the C4 compressors read (spec §2.11); defaults: DSv4-Flash."""
 
     cache_block_size: int = 256
@@ -60,35 +56,14 @@ class C4CompressConfig:
     norm_weight_dtype: str = "bfloat16"
 
     def __post_init__(self) -> None:
-        where = "C4CompressConfig"
-        b = self.cache_block_size
-        if isinstance(b, bool) or not isinstance(b, int) or b < 0:
-            raise input_error(where, "cache_block_size", "an int >= 0", repr(b))
-        if not isinstance(self.compress_ratios, Iterable) or not all(
-            isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in self.compress_ratios
-        ):
-            raise input_error(where, "compress_ratios", "ints >= 0", repr(self.compress_ratios))
-        normalize_cache_dtype(self.cache_dtype, where)
+        self.check_common()
         if self.indexer_cache_dtype not in INDEXER_CACHE_DTYPES:
-            raise input_error(
-                where, "indexer_cache_dtype", "'fp8' or 'mxfp4'", repr(self.indexer_cache_dtype)
-            )
-        if self.norm_weight_dtype not in NORM_WEIGHT_DTYPES:
-            raise input_error(
-                where,
-                "norm_weight_dtype",
-                f"one of {', '.join(NORM_WEIGHT_DTYPES)}",
-                repr(self.norm_weight_dtype),
-            )
+            raise input_error("C4CompressConfig", "indexer_cache_dtype", "'fp8' or 'mxfp4'",
+                              repr(self.indexer_cache_dtype))
 
     @property
     def has_c4(self) -> bool:
         return RATIO in self.compress_ratios
-
-    @property
-    def kv_kind(self) -> str:
-        """``"fp8_ds_mla"``, ``"fp8"`` or ``"bfloat16"`` (the one map of trap 3)."""
-        return normalize_cache_dtype(self.cache_dtype, "C4CompressConfig")
 
 
 class C4CompressBase(CompressorBase):
@@ -100,22 +75,10 @@ class C4CompressBase(CompressorBase):
     overlap = True
     check_inputs = staticmethod(check_c4)
 
-    @staticmethod
-    def applies(config: C4CompressConfig) -> bool:
-        """Whether a runtime of ``config`` calls this op (its warmup and registration gate)."""
-        raise NotImplementedError
+    config_type = C4CompressConfig
 
-    def _norm_weight_keys(self, config: C4CompressConfig, **cache: Any) -> list[Any]:
-        """Keys traced from ``dispatch`` for the config's norm weight dtype (and ``cache`` inputs)."""
-        sw = 2 * self.head
-        return self.trace(
-            rms_norm_weight=Like(
-                shape=(self.head,), dtype=WarmupChoices(NORM_WEIGHT_DTYPES[config.norm_weight_dtype])
-            ),
-            state_cache=Like(shape=(1, 4, 2 * sw)),
-            cos_sin_cache=Like(shape=(1, 64)),
-            **cache,
-        )
+    def key_inputs(self, config: C4CompressConfig) -> dict[str, Any]:
+        return {**super().key_inputs(config), "state_cache": Like(shape=(1, 4, 4 * self.head))}
 
 
 class C4CompressDsMlaBase(C4CompressBase):
@@ -148,12 +111,7 @@ class C4CompressDsMlaBase(C4CompressBase):
 
     @staticmethod
     def applies(config: C4CompressConfig) -> bool:
-        return config.cache_block_size > 0 and config.has_c4 and config.kv_kind == "fp8_ds_mla"
-
-    def get_warmup_keys(self, config: C4CompressConfig | None = None) -> list[CompileKey]:
-        cfg = config or C4CompressConfig()
-        return self._norm_weight_keys(cfg) if self.applies(cfg) else []
-
+        return config.cache_block_size > 0 and config.stores(RATIO, "fp8_ds_mla")
 
 
 class C4CompressPlainBase(C4CompressBase):
@@ -186,15 +144,10 @@ class C4CompressPlainBase(C4CompressBase):
 
     @staticmethod
     def applies(config: C4CompressConfig) -> bool:
-        return config.has_c4 and config.kv_kind != "fp8_ds_mla"
+        return config.stores(RATIO, "plain")
 
-    def get_warmup_keys(self, config: C4CompressConfig | None = None) -> list[CompileKey]:
-        cfg = config or C4CompressConfig()
-        if not self.applies(cfg):
-            return []
-        cache_dtype = torch.float8_e4m3fn if cfg.kv_kind == "fp8" else torch.bfloat16
-        return self._norm_weight_keys(cfg, kv_cache=Like(shape=(1, 1, DS_HEAD_DIM), dtype=cache_dtype))
-
+    def key_inputs(self, config: C4CompressConfig) -> dict[str, Any]:
+        return {**super().key_inputs(config), "kv_cache": config.plain_cache()}
 
 
 class IndexerCompressBase(C4CompressBase):
@@ -234,12 +187,9 @@ class IndexerCompressBase(C4CompressBase):
     def applies(config: C4CompressConfig) -> bool:
         return config.has_c4
 
-    def get_warmup_keys(self, config: C4CompressConfig | None = None) -> list[CompileKey]:
-        cfg = config or C4CompressConfig()
-        if not self.applies(cfg):
-            return []
-        return self._norm_weight_keys(cfg, use_fp4_cache=WarmupChoices(cfg.indexer_cache_dtype == "mxfp4"))
-
+    def key_inputs(self, config: C4CompressConfig) -> dict[str, Any]:
+        fp4 = WarmupChoices(config.indexer_cache_dtype == "mxfp4")
+        return {**super().key_inputs(config), "use_fp4_cache": fp4}
 
 
 def _triton():  # the module (inferred, so tools follow `_triton().Class`); it imports this one
@@ -254,61 +204,32 @@ def _cutedsl():  # imported on first use: CUTLASS costs 0.5 s at import
     return cutedsl
 
 
-def _spec(
-    contract: type[C4CompressBase],
-    spec_id: str,
-    summary: str,
-    reference: Any,
-    triton_cls: KernelRef,
-    cutedsl_cls: KernelRef,
-) -> FamilySpec:
-    return FamilySpec(
-        name=contract.op_name,
-        spec_id=spec_id,
-        summary=summary,
-        op_name=contract.op_name,
-        args=ARGS[contract.op_name],
-        contract=contract,
-        variants={DEFAULT_VARIANT: Variant(reference, triton_cls, cutedsl_cls)},
-        returns="None (the entries of boundary tokens with slots >= 0 are written in place; no other byte "
-        "changes)",
-        device_arg="state_cache",
-        config_type=C4CompressConfig,
-        folder="c4_compress",
-        # The compressed cache (k_cache or kv_cache) is the one argument written.
-        mutates=tuple(a.name for a in ARGS[contract.op_name] if a.name in ("k_cache", "kv_cache")),
-    )
-
-
-SPECS: dict[str, FamilySpec] = {
-    s.name: s
-    for s in (
-        _spec(
-            C4CompressDsMlaBase,
-            "K5",
-            "C4 main compressor: pool the 8-row window at each boundary token, RMSNorm, "
-            "RoPE, E1 into the fp8_ds_mla cache; C4 layers with an fp8_ds_mla cache, every step",
-            c4_compress_ds_mla_reference,
-            lambda: _triton().C4CompressDsMlaTriton,
-            lambda: _cutedsl().C4CompressDsMlaCuTeDSL,
-        ),
-        _spec(
-            C4CompressPlainBase,
-            "K6",
-            "C4 main compressor into a plain-row cache (E2 bf16 or E3 e4m3); C4 layers "
-            "with a bf16 / fp8 cache, every step",
-            c4_compress_plain_reference,
-            lambda: _triton().C4CompressPlainTriton,
-            lambda: _cutedsl().C4CompressPlainCuTeDSL,
-        ),
-        _spec(
-            IndexerCompressBase,
-            "K9",
-            "C4 indexer compressor (head 128): E4 FP8 or E5 MXFP4 into the indexer K "
-            "cache; C4 layers, every step",
-            indexer_compress_reference,
-            lambda: _triton().IndexerCompressTriton,
-            lambda: _cutedsl().IndexerCompressCuTeDSL,
-        ),
-    )
-}
+SPECS = specs(
+    compressor_spec(
+        C4CompressDsMlaBase,
+        "K5",
+        "C4 main compressor: pool the 8-row window at each boundary token, RMSNorm, RoPE, E1 into the "
+        "fp8_ds_mla cache; C4 layers with an fp8_ds_mla cache, every step",
+        c4_compress_ds_mla_reference,
+        (lambda: _triton().C4CompressDsMlaTriton, lambda: _cutedsl().C4CompressDsMlaCuTeDSL),
+        "c4_compress",
+    ),
+    compressor_spec(
+        C4CompressPlainBase,
+        "K6",
+        "C4 main compressor into a plain-row cache (E2 bf16 or E3 e4m3); C4 layers with a bf16 / fp8 cache, "
+        "every step",
+        c4_compress_plain_reference,
+        (lambda: _triton().C4CompressPlainTriton, lambda: _cutedsl().C4CompressPlainCuTeDSL),
+        "c4_compress",
+    ),
+    compressor_spec(
+        IndexerCompressBase,
+        "K9",
+        "C4 indexer compressor (head 128): E4 FP8 or E5 MXFP4 into the indexer K cache; C4 layers, "
+        "every step",
+        indexer_compress_reference,
+        (lambda: _triton().IndexerCompressTriton, lambda: _cutedsl().IndexerCompressCuTeDSL),
+        "c4_compress",
+    ),
+)

@@ -19,21 +19,69 @@ Launch plans skip all of it: a planned call never reaches ``__call__``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
 from dsv4kit.errors import input_error
+from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, Variant
 from dsv4kit.family.operands import dispatch_key, kernel_call
-from dsv4kit.jit import Immediate, JitKernel
+from dsv4kit.formats.cache_dtypes import NORM_WEIGHT_DTYPES, normalize_cache_dtype
+from dsv4kit.formats.ds_mla import DS_HEAD_DIM
+from dsv4kit.jit import Immediate, JitKernel, Like, WarmupChoices
 from dsv4kit.kernels.compressor.reference import check_values
 from dsv4kit.kernels.encoders.reference import check_aligned
 from dsv4kit.kernels.encoders.spec import StoreOperands, cache_operands
 
-__all__ = ["CompressorBase", "CompressorOperands", "LaunchOperands", "flat", "launch_operands", "unit"]
+__all__ = ["CompressorBase", "CompressorConfig", "CompressorOperands", "LaunchOperands", "compressor_spec",
+           "flat", "launch_operands", "specs", "unit"]
 
 _I32 = 2**31
+
+
+class CompressorConfig:
+    """What the C4 and C128 warmup configs share (a mixin of their frozen dataclasses, which
+    declare the fields): ``cache_block_size``, ``compress_ratios``, ``cache_dtype`` and
+    ``norm_weight_dtype``, their checks, the cache kind and the ops' gates."""
+
+    __slots__ = ()
+
+    cache_block_size: int
+    compress_ratios: tuple[int, ...]
+    cache_dtype: str
+    norm_weight_dtype: str
+
+    def check_common(self) -> None:
+        """Refuse a bad common field, naming it and the config class."""
+        where = type(self).__name__
+        b = self.cache_block_size
+        if isinstance(b, bool) or not isinstance(b, int) or b < 0:
+            raise input_error(where, "cache_block_size", "an int >= 0", repr(b))
+        if not isinstance(self.compress_ratios, Iterable) or not all(
+            isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in self.compress_ratios
+        ):
+            raise input_error(where, "compress_ratios", "ints >= 0", repr(self.compress_ratios))
+        normalize_cache_dtype(self.cache_dtype, where)  # trap 3: e5m2 and friends raise here
+        if self.norm_weight_dtype not in NORM_WEIGHT_DTYPES:
+            raise input_error(where, "norm_weight_dtype", f"one of {', '.join(NORM_WEIGHT_DTYPES)}",
+                              repr(self.norm_weight_dtype))
+
+    @property
+    def kv_kind(self) -> str:
+        """``"fp8_ds_mla"``, ``"fp8"`` or ``"bfloat16"`` (the one map of trap 3)."""
+        return normalize_cache_dtype(self.cache_dtype, type(self).__name__)
+
+    def stores(self, ratio: int, kind: str) -> bool:
+        """Whether a layer of ``ratio`` stores into the main cache of ``kind`` (``"fp8_ds_mla"``, or
+        ``"plain"``: bf16 / fp8 rows) under this config."""
+        return ratio in self.compress_ratios and (self.kv_kind == "fp8_ds_mla") == (kind == "fp8_ds_mla")
+
+    def plain_cache(self) -> Like:
+        """The plain-row cache a K6 / K8b key is traced from: e4m3 for ``fp8``, else bf16."""
+        dtype = torch.float8_e4m3fn if self.kv_kind == "fp8" else torch.bfloat16
+        return Like(shape=(1, 1, DS_HEAD_DIM), dtype=dtype)
 
 
 class CompressorOperands:
@@ -122,6 +170,25 @@ class CompressorBase(JitKernel[Any]):
         """``(ops, what the call returns)``: the stores write a cache in place and return None."""
         return ops, None
 
+    # ------------------------------------------------------------------ warmup
+    #: The family's warmup config class.
+    config_type: ClassVar[type]
+
+    @staticmethod
+    def applies(config: Any) -> bool:
+        """Whether a runtime of ``config`` calls this op (its warmup and registration gate)."""
+        raise NotImplementedError
+
+    def key_inputs(self, config: Any) -> dict[str, Any]:
+        """The declared inputs ``dispatch`` is traced over (:meth:`get_warmup_keys`): by default the
+        config's norm weight dtype and a cos/sin cache; an op adds what else its key reads."""
+        weight = Like(shape=(self.head,), dtype=WarmupChoices(NORM_WEIGHT_DTYPES[config.norm_weight_dtype]))
+        return dict(rms_norm_weight=weight, cos_sin_cache=Like(shape=(1, 64)))
+
+    def get_warmup_keys(self, config: Any = None) -> list[Any]:
+        cfg = config or self.config_type()
+        return self.trace(**self.key_inputs(cfg)) if self.applies(cfg) else []
+
     # ------------------------------------------------------------------ the backend's
     def launch_args(self, key: Any, ops: Any, run: LaunchOperands) -> tuple[Any, ...]:
         """The executor's arguments (per backend)."""
@@ -174,3 +241,35 @@ def flat(x: torch.Tensor, row_stride: int | None = None) -> torch.Tensor:
         return x.as_strided((x.numel(),), (1,))
     rows, width = x.shape
     return x.as_strided(((rows - 1) * row_stride + width if rows and width else 0,), (1,))
+
+
+_STORED = "None (the entries of boundary tokens with slots >= 0 are written in place; no other byte changes)"
+
+
+def compressor_spec(contract: type[CompressorBase], spec_id: str, summary: str, reference: Callable[..., Any],
+                    backends: tuple[Any, Any], folder: str, returns: str = _STORED,
+                    **extra: Any) -> FamilySpec:
+    """The :class:`~dsv4kit.family.FamilySpec` of a compressor op: its record's table, the device of
+    its first argument, the written arguments (``out`` or the cache) as ``mutates``; ``extra``:
+    the torch op's ``result`` / ``allocates`` (K7)."""
+    args = contract.Operands.table
+    return FamilySpec(
+        name=contract.op_name,
+        spec_id=spec_id,
+        summary=summary,
+        op_name=contract.op_name,
+        args=args,
+        contract=contract,
+        variants={DEFAULT_VARIANT: Variant(reference, *backends)},
+        returns=returns,
+        device_arg=args[0].name,
+        config_type=contract.config_type,
+        folder=folder,
+        mutates=tuple(a.name for a in args if a.name in ("out", "k_cache", "kv_cache")),
+        **extra,
+    )
+
+
+def specs(*each: FamilySpec) -> Mapping[str, FamilySpec]:
+    """A family folder's ``SPECS``: op name -> spec."""
+    return {s.name: s for s in each}

@@ -41,6 +41,7 @@ __all__ = [
     "norm_rope_rows",
     "selected_tokens",
     "store_rows",
+    "stored_reference",
 ]
 
 # --------------------------------------------------------------------------- validation
@@ -154,6 +155,17 @@ def check_values(kernel: str, ops: Any, ratio: int, overlap: bool, head: int) ->
         if ops.cos_sin_cache is not None:
             check_rope_rows(kernel, p, ratio, ops.cos_sin_cache)
     return idx
+
+
+def stored_reference(ops: Any, check: Any, rows: Any, ratio: int, overlap: bool, head: int) -> None:
+    """A storing compressor's reference (K5, K6, K8a, K8b, K9) of the record ``ops``: the metadata
+    checks (``check(kernel, ops) -> (T, eps)``), the value checks, the fp32 rows of the tokens that
+    write an entry (``rows(kernel, ops, eps, idx)``), encoded into the cache."""
+    t, eps = check(ops.op, ops)
+    if t:
+        idx = check_values(ops.op, ops, ratio, overlap, head)
+        if idx.numel():
+            store_rows(ops, ops.kv_slot_mapping[idx], rows(ops.op, ops, eps, idx))
 
 
 def store_rows(ops: Any, slots: torch.Tensor, y: torch.Tensor) -> None:
