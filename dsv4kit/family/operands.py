@@ -71,6 +71,10 @@ class OperandRecord:
         return {a.name: v for a, v in zip(self.table, self, strict=True) if isinstance(v, torch.Tensor)}  # type: ignore[call-overload]
 
 
+#: An argument's annotation in a signature made from its row (strings, as under postponed evaluation).
+_ANNOTATION = {"tensor": "torch.Tensor", "int": "int", "float": "float", "bool": "bool", "str": "str"}
+
+
 def operands(op: str, table: Sequence[Arg], *bases: type, aliases: Mapping[str, str] | None = None,
              module: str | None = None) -> type:
     """The record type of ``op``: one field per row of ``table`` (see the module docstring).
@@ -94,7 +98,8 @@ def operands(op: str, table: Sequence[Arg], *bases: type, aliases: Mapping[str, 
         "table": tuple(table),
         "signature": inspect.Signature([
             inspect.Parameter(a.name, inspect.Parameter.KEYWORD_ONLY if a.keyword_only
-                              else inspect.Parameter.POSITIONAL_OR_KEYWORD, default=a.default)
+                              else inspect.Parameter.POSITIONAL_OR_KEYWORD, default=a.default,
+                              annotation=_ANNOTATION[a.kind] + (" | None" if a.optional else ""))
             for a in table]),
     }
     for alias, name in (aliases or {}).items():
@@ -104,9 +109,10 @@ def operands(op: str, table: Sequence[Arg], *bases: type, aliases: Mapping[str, 
     return type(title, (fields, *bases, OperandRecord), ns)
 
 
-def with_operands(record: type, body: Callable[[Any], R], name: str, doc: str,
+def with_operands(record: type, body: Callable[[Any], R], name: str, doc: str, returns: str = "None",
                   module: str | None = None) -> Callable[..., R]:
-    """A function of the op's signature: binds ``record`` and returns ``body(record)``."""
+    """A function of the op's signature (returning ``returns``, an annotation): binds ``record`` and
+    returns ``body(record)``."""
 
     def bound(*args: Any, **kwargs: Any) -> R:
         return body(record(*args, **kwargs))
@@ -114,7 +120,7 @@ def with_operands(record: type, body: Callable[[Any], R], name: str, doc: str,
     bound.__name__ = bound.__qualname__ = name
     bound.__doc__ = doc
     bound.__module__ = module or inspect.currentframe().f_back.f_globals["__name__"]  # type: ignore[union-attr]
-    bound.__signature__ = record.signature  # type: ignore[attr-defined]
+    bound.__signature__ = record.signature.replace(return_annotation=returns)  # type: ignore[attr-defined]
     return bound
 
 

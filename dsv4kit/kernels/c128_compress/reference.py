@@ -36,47 +36,17 @@ STATE_BLOCK_SIZE = 8
 STORE_OPS = ("c128_norm_rope_store_ds_mla", "c128_norm_rope_store_plain")
 CACHE_ARG = {"c128_norm_rope_store_ds_mla": "k_cache", "c128_norm_rope_store_plain": "kv_cache"}
 
-_SLOTS = "state slots; < 0 = padding (skipped)"
-_POSITIONS = Arg(
-    "positions", "tensor", (torch.int64,), "[T]", "defines T; boundary tokens: (p + 1) % 128 == 0"
-)
-_KV_SLOTS = Arg(
-    "kv_slot_mapping",
-    "tensor",
-    (torch.int64,),
-    "[T]",
-    "compressed-cache slots; < 0 = skip; debug: unique, < num_pages * kv_bs",
-)
+_POSITIONS = common.positions_arg(RATIO)
 
 
 def _store_args(cache: Arg, *extra: Arg) -> tuple[Arg, ...]:
     return (
-        Arg(
-            "compressed_kv",
-            "tensor",
-            (torch.float32,),
-            "[T, 512]",
-            "K7's rows, strides (512, 1); only boundary rows are read",
-        ),
+        Arg("compressed_kv", "tensor", (torch.float32,), "[T, 512]",
+            "K7's rows, strides (512, 1); only boundary rows are read"),
         _POSITIONS,
-        Arg("slot_mapping", "tensor", (torch.int64,), "[T]", _SLOTS),
-        _KV_SLOTS,
-        Arg(
-            "rms_norm_weight",
-            "tensor",
-            (torch.bfloat16, torch.float32),
-            "[512]",
-            "contiguous; its dtype is a key field",
-        ),
-        Arg("rms_norm_eps", "float", rule="> 0"),
-        Arg(
-            "cos_sin_cache",
-            "tensor",
-            (torch.float32,),
-            "[max_pos, 64]",
-            "the layer's compress RoPE cache, fp32 only (trap 1: bf16 raises); debug: (p // 128) * 128 < "
-            "max_pos",
-        ),
+        common.SLOT_MAPPING,
+        common.KV_SLOT_MAPPING,
+        *common.norm_rope_args(DS_HEAD_DIM, RATIO),
         cache,
         *extra,
     )
@@ -85,63 +55,19 @@ def _store_args(cache: Arg, *extra: Arg) -> tuple[Arg, ...]:
 #: The ops' argument tables (spec K7, K8).
 ARGS: dict[str, tuple[Arg, ...]] = {
     "c128_compress": (
-        Arg(
-            "state_cache",
-            "tensor",
-            (torch.float32,),
-            "[nsb, 8, 1024]",
-            "§2.8: strides (>= 8*1024, 1024, 1), data_ptr % 16 == 0; state block size 8 only (trap 5)",
-        ),
-        Arg("token_to_req", "tensor", (torch.int32,), "[T]", "request row of block_table; debug: in range"),
+        Arg("state_cache", "tensor", (torch.float32,), "[nsb, 8, 1024]",
+            "§2.8: strides (>= 8*1024, 1024, 1), data_ptr % 16 == 0; state block size 8 only (trap 5)"),
+        common.TOKEN_TO_REQ,
         _POSITIONS,
-        Arg("slot_mapping", "tensor", (torch.int64,), "[T]", _SLOTS),
-        Arg(
-            "block_table",
-            "tensor",
-            (torch.int32,),
-            "[num_reqs, max_state_blocks]",
-            "state block table, stride(1) == 1; debug: the window's 16 columns and entries in range",
-        ),
-        Arg(
-            "out",
-            "tensor",
-            (torch.float32,),
-            "[>= T, 512]",
+        common.SLOT_MAPPING,
+        common.block_table_arg("the window's 16 columns"),
+        Arg("out", "tensor", (torch.float32,), "[>= T, 512]",
             "strides (512, 1); rows of non-boundary tokens are left untouched; allocated if None",
-            optional=True,
-            default=None,
-        ),
+            optional=True, default=None),
     ),
-    "c128_norm_rope_store_ds_mla": _store_args(
-        Arg(
-            "k_cache",
-            "tensor",
-            (torch.uint8,),
-            "[num_pages, kv_bs, 584]",
-            "fp8_ds_mla (§2.10): strides (P, 584, 1), P % 576 == 0, P >= 584 kv_bs, data_ptr % 32 == 0; "
-            "kv_bs and P are key fields (trap 4)",
-        )
-    ),
-    "c128_norm_rope_store_plain": _store_args(
-        Arg(
-            "kv_cache",
-            "tensor",
-            (torch.bfloat16, torch.float8_e4m3fn),
-            "[num_pages, kv_bs, 512]",
-            "plain rows: strides (P, 512, 1), P % 16 == 0, data_ptr % 16 == 0",
-        ),
-        Arg(
-            "fp8_scale",
-            "tensor",
-            (torch.float32,),
-            "[1]",
-            "required iff kv_cache is e4m3 (E3); debug: finite and > 0",
-            optional=True,
-            default=None,
-        ),
-    ),
+    "c128_norm_rope_store_ds_mla": _store_args(common.ds_cache_arg("; kv_bs and P are key fields (trap 4)")),
+    "c128_norm_rope_store_plain": _store_args(common.KV_CACHE, common.FP8_SCALE),
 }
-
 
 #: Each op's operand record (:mod:`dsv4kit.family.operands`): what a call binds once.
 OPERANDS: dict[str, type] = {
@@ -199,7 +125,7 @@ c128_compress_reference = with_operands(
 
     Rows of other tokens are left untouched. Without ``out`` the reference allocates zeros (the
     spec allows uninitialized memory, and the kernels allocate so: callers must not read those rows).
-    """)
+    """, returns="torch.Tensor")
 
 
 # --------------------------------------------------------------------------- K8a / K8b

@@ -18,16 +18,8 @@ from dsv4kit.family.operands import operands, with_operands
 from dsv4kit.family.schema import Arg
 from dsv4kit.formats.ds_mla import DS_HEAD_DIM
 from dsv4kit.formats.indexer_cache import IDX_HEAD_DIM
+from dsv4kit.kernels.compressor import reference as common
 from dsv4kit.kernels.compressor.contract import CompressorOperands
-from dsv4kit.kernels.compressor.reference import (
-    check_compressor_inputs,
-    check_norm_rope_inputs,
-    check_store_inputs,
-    check_values,
-    compress_rows,
-    norm_rope_rows,
-    stored_reference,
-)
 
 __all__ = ["ARGS", "CACHE_ARG", "HEAD_DIM", "OPERANDS", "RATIO", "c4_compress_ds_mla_reference",
            "c4_compress_plain_reference", "c4_rows", "check_c4", "check_c4_values",
@@ -36,98 +28,32 @@ __all__ = ["ARGS", "CACHE_ARG", "HEAD_DIM", "OPERANDS", "RATIO", "c4_compress_ds
 #: The compress ratio of every kernel here (and of their windows: 2 R = 8 rows).
 RATIO = 4
 
-_SLOTS = "state slots; < 0 = padding (skipped)"
 
 
 def _state_args(head: int) -> tuple[Arg, ...]:
     return (
-        Arg(
-            "state_cache",
-            "tensor",
-            (torch.float32,),
-            f"[nsb, sbs, {4 * head}]",
-            "§2.8: strides (>= sbs*row, row, 1), data_ptr % 16 == 0; rows written by K4",
-        ),
-        Arg("token_to_req", "tensor", (torch.int32,), "[T]", "request row of block_table; debug: in range"),
-        Arg("positions", "tensor", (torch.int64,), "[T]", "defines T; boundary tokens: (p + 1) % 4 == 0"),
-        Arg("slot_mapping", "tensor", (torch.int64,), "[T]", _SLOTS),
-        Arg(
-            "block_table",
-            "tensor",
-            (torch.int32,),
-            "[num_reqs, max_state_blocks]",
-            "state block table, stride(1) == 1; debug: window columns and entries in range",
-        ),
+        Arg("state_cache", "tensor", (torch.float32,), f"[nsb, sbs, {4 * head}]",
+            "§2.8: strides (>= sbs*row, row, 1), data_ptr % 16 == 0; rows written by K4"),
+        common.TOKEN_TO_REQ,
+        common.positions_arg(RATIO),
+        common.SLOT_MAPPING,
+        common.block_table_arg("window columns"),
         Arg("state_block_size", "int", rule="== state_cache.shape[1] (4 in production)"),
-        Arg(
-            "rms_norm_weight",
-            "tensor",
-            (torch.bfloat16, torch.float32),
-            f"[{head}]",
-            "contiguous; its dtype is a key field",
-        ),
-        Arg("rms_norm_eps", "float", rule="> 0"),
-        Arg(
-            "cos_sin_cache",
-            "tensor",
-            (torch.float32,),
-            "[max_pos, 64]",
-            "the layer's compress RoPE cache, fp32 only (trap 1: bf16 raises); debug: (p // 4) * 4 < max_pos",
-        ),
+        *common.norm_rope_args(head, RATIO),
     )
 
 
-_KV_SLOTS = Arg(
-    "kv_slot_mapping",
-    "tensor",
-    (torch.int64,),
-    "[T]",
-    "compressed-cache slots; < 0 = skip; debug: unique, < num_pages * kv_bs",
-)
-
 #: The ops' argument tables (spec K5, K6, K9).
 ARGS: dict[str, tuple[Arg, ...]] = {
-    "c4_compress_ds_mla": (
-        *_state_args(DS_HEAD_DIM),
-        Arg(
-            "k_cache",
-            "tensor",
-            (torch.uint8,),
-            "[num_pages, kv_bs, 584]",
-            "fp8_ds_mla (§2.10): strides (P, 584, 1), P % 576 == 0, P >= 584 kv_bs, data_ptr % 32 == 0",
-        ),
-        _KV_SLOTS,
-    ),
+    "c4_compress_ds_mla": (*_state_args(DS_HEAD_DIM), common.ds_cache_arg(), common.KV_SLOT_MAPPING),
     "c4_compress_plain": (
-        *_state_args(DS_HEAD_DIM),
-        Arg(
-            "kv_cache",
-            "tensor",
-            (torch.bfloat16, torch.float8_e4m3fn),
-            "[num_pages, kv_bs, 512]",
-            "plain rows: strides (P, 512, 1), P % 16 == 0, data_ptr % 16 == 0",
-        ),
-        _KV_SLOTS,
-        Arg(
-            "fp8_scale",
-            "tensor",
-            (torch.float32,),
-            "[1]",
-            "required iff kv_cache is e4m3 (E3); debug: finite and > 0",
-            optional=True,
-            default=None,
-        ),
+        *_state_args(DS_HEAD_DIM), common.KV_CACHE, common.KV_SLOT_MAPPING, common.FP8_SCALE
     ),
     "indexer_compress": (
         *_state_args(IDX_HEAD_DIM),
-        Arg(
-            "k_cache",
-            "tensor",
-            (torch.uint8,),
-            "[num_pages, kv_bs, 132]",
-            "indexer K cache (§2.7): strides (P, 132, 1), P % 4 == 0, P >= 132 kv_bs, data_ptr % 16 == 0",
-        ),
-        _KV_SLOTS,
+        Arg("k_cache", "tensor", (torch.uint8,), "[num_pages, kv_bs, 132]",
+            "indexer K cache (§2.7): strides (P, 132, 1), P % 4 == 0, P >= 132 kv_bs, data_ptr % 16 == 0"),
+        common.KV_SLOT_MAPPING,
         Arg("use_fp4_cache", "bool", rule="False: FP8 pages (E4); True: MXFP4 pages (E5)"),
     ),
 }
@@ -150,22 +76,22 @@ def check_c4(kernel: str, ops: Any) -> tuple[int, float]:
     returns (T, eps)."""
     ops = ops.checked(kernel)
     head = HEAD_DIM[ops.op]
-    t = check_compressor_inputs(kernel, ops, ops.state_block_size, 2 * head)
-    eps = check_norm_rope_inputs(kernel, ops, head)
-    check_store_inputs(kernel, ops, t)
+    t = common.check_compressor_inputs(kernel, ops, ops.state_block_size, 2 * head)
+    eps = common.check_norm_rope_inputs(kernel, ops, head)
+    common.check_store_inputs(kernel, ops, t)
     return t, eps
 
 
 def c4_rows(kernel: str, ops: Any, eps: float, idx: torch.Tensor) -> torch.Tensor:
     """The fp32 rows ``y [n, head]`` of the tokens ``idx``: pool -> rmsnorm -> rope at (p // 4) * 4."""
     p = ops.positions[idx]
-    c = compress_rows(kernel, ops.state_cache, ops.block_table, ops.token_to_req[idx], p, RATIO, True,
+    c = common.compress_rows(kernel, ops.state_cache, ops.block_table, ops.token_to_req[idx], p, RATIO, True,
                       HEAD_DIM[ops.op])
-    return norm_rope_rows(kernel, c, p, RATIO, ops.rms_norm_weight, eps, ops.cos_sin_cache)
+    return common.norm_rope_rows(kernel, c, p, RATIO, ops.rms_norm_weight, eps, ops.cos_sin_cache)
 
 
 def _reference(ops: Any) -> None:
-    stored_reference(ops, check_c4, c4_rows, RATIO, True, HEAD_DIM[ops.op])
+    common.stored_reference(ops, check_c4, c4_rows, RATIO, True, HEAD_DIM[ops.op])
 
 
 c4_compress_ds_mla_reference = with_operands(
@@ -187,4 +113,4 @@ def check_c4_values(kernel: str, state_cache: torch.Tensor, token_to_req: torch.
     form :mod:`dsv4kit.viz.compressor` calls); returns the indices of the tokens that write an entry."""
     ops = OPERANDS["c4_compress_plain"](state_cache, token_to_req, positions, slot_mapping, block_table, None,
                                         None, None, cos_sin_cache, cache, kv_slot_mapping, fp8_scale)
-    return check_values(kernel, ops, RATIO, True, head)
+    return common.check_values(kernel, ops, RATIO, True, head)

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from dsv4kit.errors import input_error
+from dsv4kit.family.schema import Arg
 from dsv4kit.formats.checks import (
     check_contiguous,
     check_dtype,
@@ -31,6 +32,15 @@ from dsv4kit.formats.rope import ROPE_DIM, compressed_position, rope_rotate
 from dsv4kit.formats.state_cache import check_state_cache, pool_windows, rmsnorm, window_rows
 
 __all__ = [
+    "FP8_SCALE",
+    "KV_CACHE",
+    "KV_SLOT_MAPPING",
+    "SLOT_MAPPING",
+    "TOKEN_TO_REQ",
+    "block_table_arg",
+    "ds_cache_arg",
+    "norm_rope_args",
+    "positions_arg",
     "check_compressor_inputs",
     "check_norm_rope_inputs",
     "check_rope_rows",
@@ -43,6 +53,49 @@ __all__ = [
     "store_rows",
     "stored_reference",
 ]
+
+# --------------------------------------------------------------------------- argument rows
+# The rows the compressors' argument tables (K5..K9) share; a row's text names the op's ratio.
+
+TOKEN_TO_REQ = Arg("token_to_req", "tensor", (torch.int32,), "[T]",
+                   "request row of block_table; debug: in range")
+SLOT_MAPPING = Arg("slot_mapping", "tensor", (torch.int64,), "[T]", "state slots; < 0 = padding (skipped)")
+KV_SLOT_MAPPING = Arg("kv_slot_mapping", "tensor", (torch.int64,), "[T]",
+                      "compressed-cache slots; < 0 = skip; debug: unique, < num_pages * kv_bs")
+KV_CACHE = Arg("kv_cache", "tensor", (torch.bfloat16, torch.float8_e4m3fn), "[num_pages, kv_bs, 512]",
+               "plain rows: strides (P, 512, 1), P % 16 == 0, data_ptr % 16 == 0")
+FP8_SCALE = Arg("fp8_scale", "tensor", (torch.float32,), "[1]",
+                "required iff kv_cache is e4m3 (E3); debug: finite and > 0", optional=True, default=None)
+_DS_RULE = "fp8_ds_mla (§2.10): strides (P, 584, 1), P % 576 == 0, P >= 584 kv_bs, data_ptr % 32 == 0"
+
+
+def positions_arg(ratio: int) -> Arg:
+    return Arg("positions", "tensor", (torch.int64,), "[T]",
+               f"defines T; boundary tokens: (p + 1) % {ratio} == 0")
+
+
+def block_table_arg(window: str) -> Arg:
+    """``window``: the block-table columns a window reads, as the debug checks name them."""
+    return Arg("block_table", "tensor", (torch.int32,), "[num_reqs, max_state_blocks]",
+               f"state block table, stride(1) == 1; debug: {window} and entries in range")
+
+
+def norm_rope_args(head: int, ratio: int) -> tuple[Arg, Arg, Arg]:
+    """``rms_norm_weight``, ``rms_norm_eps``, ``cos_sin_cache`` of an op normalizing ``head`` columns."""
+    return (
+        Arg("rms_norm_weight", "tensor", (torch.bfloat16, torch.float32), f"[{head}]",
+            "contiguous; its dtype is a key field"),
+        Arg("rms_norm_eps", "float", rule="> 0"),
+        Arg("cos_sin_cache", "tensor", (torch.float32,), "[max_pos, 64]",
+            "the layer's compress RoPE cache, fp32 only (trap 1: bf16 raises); debug: "
+            f"(p // {ratio}) * {ratio} < max_pos"),
+    )
+
+
+def ds_cache_arg(more: str = "") -> Arg:
+    """``k_cache`` of an fp8_ds_mla store; ``more``: what else its rule says."""
+    return Arg("k_cache", "tensor", (torch.uint8,), "[num_pages, kv_bs, 584]", _DS_RULE + more)
+
 
 # --------------------------------------------------------------------------- validation
 
