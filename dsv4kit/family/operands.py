@@ -109,15 +109,15 @@ def operands(op: str, table: Sequence[Arg], *bases: type, aliases: Mapping[str, 
     return type(title, (fields, *bases, OperandRecord), ns)
 
 
-def with_operands(record: type, body: Callable[[Any], R], name: str, doc: str, returns: str = "None",
+def with_operands(record: type, body: Callable[[Any], R], doc: str, returns: str = "None", name: str = "",
                   module: str | None = None) -> Callable[..., R]:
-    """A function of the op's signature (returning ``returns``, an annotation): binds ``record`` and
-    returns ``body(record)``."""
+    """A function of the op's signature (returning ``returns``, an annotation) that binds ``record``
+    and returns ``body(record)``: the op's reference (``name`` by default ``<op>_reference``)."""
 
     def bound(*args: Any, **kwargs: Any) -> R:
         return body(record(*args, **kwargs))
 
-    bound.__name__ = bound.__qualname__ = name
+    bound.__name__ = bound.__qualname__ = name or f"{record.op}_reference"
     bound.__doc__ = doc
     bound.__module__ = module or inspect.currentframe().f_back.f_globals["__name__"]  # type: ignore[union-attr]
     bound.__signature__ = record.signature.replace(return_annotation=returns)  # type: ignore[attr-defined]

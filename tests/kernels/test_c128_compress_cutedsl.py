@@ -41,6 +41,7 @@ from dsv4kit.kernels.c128_compress.cutedsl import (  # noqa: E402
 from dsv4kit.kernels.c128_compress.reference import (  # noqa: E402
     c128_compress_reference,
 )
+from dsv4kit.kernels.compressor.cases import assert_args_match_fakes  # noqa: E402
 from dsv4kit.kernels.encoders.spec import E1, E2, E3, key_encoder  # noqa: E402
 from dsv4kit.platform import cpu_platform  # noqa: E402
 
@@ -325,22 +326,6 @@ def test_k8_warps_cover_every_token_once() -> None:
 
 # --------------------------------------------------------------------------- runtime arguments
 
-_DTYPES = {torch.float32: "Float32", torch.int32: "Int32", torch.int64: "Int64", torch.uint8: "Uint8",
-           torch.bfloat16: "BFloat16"}
-
-
-def _check_against_fakes(args, fakes, n_const: int) -> None:
-    assert len(args) == len(fakes) - 1 - n_const                  # minus the stream and the constexprs
-    for arg, fake in zip(args, fakes, strict=False):
-        if isinstance(arg, torch.Tensor):
-            assert arg.dim() == 1 and arg.stride() == (1,) and len(fake.shape) == 1
-            assert _DTYPES[arg.dtype] == str(fake.element_type)
-            if isinstance(fake.shape[0], int):
-                assert arg.shape[0] == fake.shape[0]
-        else:
-            assert isinstance(arg, int | float) and not isinstance(fake, torch.Tensor)
-
-
 def test_k7_launch_args_match_the_fakes() -> None:
     k = C128CompressCuTeDSL(cpu_platform("sm_90a"))
     case = make_k7_case(lens=(200, 9), starts=(100, 0))
@@ -348,7 +333,7 @@ def test_k7_launch_args_match_the_fakes() -> None:
     key, rec, ops = k.prepare(**a)
     t = ops.t
     args = k.launch_args(key, rec, ops)
-    _check_against_fakes(args, k.warmup_inputs(key), 0)
+    assert_args_match_fakes(args, k.warmup_inputs(key), 0)
     state, req, pos, slot, bt, out, bstride, bt_stride, slices = args
     sc = a["state_cache"]
     assert state is ops.state and state.data_ptr() % 16 == 0 and bstride == sc.stride(0) and bstride % 2 == 0
@@ -373,7 +358,7 @@ def test_k8_launch_args_match_the_fakes(op: str, fmt: dict, norm: torch.dtype) -
     t, eps = ops.t, ops.eps
     args = k.launch_args(key, rec, ops)
     fakes = k.warmup_inputs(key)
-    _check_against_fakes(args, fakes, 3)
+    assert_args_match_fakes(args, fakes, 3)
     geom = (key.kv_cache_block_size, key.kv_block_stride) if op == K8A else (0, 0)
     assert fakes[-3:] == (key_encoder(key), *geom)
     kv, pos, slot, kvs, nw, cs, cbytes, scale, eps_arg, kv_bs, page_stride, tpw = args

@@ -32,6 +32,7 @@ from dsv4kit.kernels.c4_compress.cutedsl import (  # noqa: E402
     C4CompressPlainCuTeDSL,
     IndexerCompressCuTeDSL,
 )
+from dsv4kit.kernels.compressor.cases import assert_args_match_fakes  # noqa: E402
 from dsv4kit.kernels.encoders.spec import E1, E2, E3, E4, E5, key_encoder  # noqa: E402
 from dsv4kit.platform import cpu_platform  # noqa: E402
 
@@ -252,8 +253,6 @@ def _launch(k, case, t=None):
     return k.launch_args(key, ops, run if t is None else replace(run, t=t)), run
 
 
-_DTYPES = {torch.float32: "Float32", torch.int32: "Int32", torch.int64: "Int64", torch.uint8: "Uint8",
-           torch.bfloat16: "BFloat16"}
 
 
 @pytest.mark.parametrize(("op", "fmt"), [("c4_compress_ds_mla", {}), ("c4_compress_plain", {}),
@@ -271,16 +270,8 @@ def test_launch_args_match_the_fakes(op: str, fmt: dict, norm: torch.dtype) -> N
     args, ops = _launch(k, case)
     t = ops.t
     fakes = k.warmup_inputs(key)
-    assert len(args) == len(fakes) - 3                      # minus the stream and the two constexprs
+    assert_args_match_fakes(args, fakes, 2)
     assert fakes[-2:] == (key.head_size, key_encoder(key))
-    for arg, fake in zip(args, fakes, strict=False):
-        if isinstance(arg, torch.Tensor):
-            assert arg.dim() == 1 and arg.stride() == (1,) and len(fake.shape) == 1
-            assert _DTYPES[arg.dtype] == str(fake.element_type)
-            if isinstance(fake.shape[0], int):
-                assert arg.shape[0] == fake.shape[0]
-        else:
-            assert isinstance(arg, int | float) and not isinstance(fake, torch.Tensor)
     (state, req, pos, slot, bt, nw, cs, kvs, cache, scale, sbs, bstride, bt_stride, eps, kv_bs,
      page_stride, per_token) = args
     assert per_token == 1 and c4_cute.cta_per_token(t)          # a decode-size case

@@ -33,21 +33,9 @@ from dsv4kit.kernels.c128_compress.reference import (
 )
 from dsv4kit.kernels.compressor.cases import CompressorCase, boundary_kv_slots, requests, sentinel_cache
 from dsv4kit.kernels.compressor.reference import check_values
+from dsv4kit.testing import compressor_data as data
 from dsv4kit.testing.cache_judge import Verdict, cpu_copy, judge_entries
-from dsv4kit.testing.compressor_data import (
-    EPS,
-    KV_REGIMES,
-    LAST_POSITION,
-    SCORE_REGIMES,
-    SENTINEL,
-    SMALL_MAX_POS,
-    TEST_TOKENS,
-    cos_sin,
-    kv_values,
-    norm_weight,
-    request_regime,
-    split_lens,
-)
+from dsv4kit.testing.compressor_data import KV_REGIMES, LAST_POSITION, SCORE_REGIMES, SENTINEL, TEST_TOKENS
 from dsv4kit.testing.compressor_rule import Fp32Report, check_fp32_rule, rope_magnitudes, term_magnitudes
 
 __all__ = ["KV_REGIMES", "LAST_POSITION", "OPS", "SCORE_REGIMES", "SENTINEL", "TEST_TOKENS", "C128Case",
@@ -138,15 +126,8 @@ def _k7_rows(case: C128Case) -> torch.Tensor:
 
 
 def _windows(args: dict[str, Any], idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    k, s, _ = window_rows(
-        args["state_cache"],
-        args["block_table"],
-        args["token_to_req"][idx].long(),
-        args["positions"][idx],
-        RATIO,
-        False,
-        _D,
-    )
+    req, pos = args["token_to_req"][idx].long(), args["positions"][idx]
+    k, s, _ = window_rows(args["state_cache"], args["block_table"], req, pos, RATIO, False, _D)
     return k, s
 
 
@@ -195,9 +176,9 @@ def _store_args(
         positions=positions,
         slot_mapping=slot,
         kv_slot_mapping=kv_slots,
-        rms_norm_weight=norm_weight(_D, norm_dtype, kv_regime, g),
-        rms_norm_eps=EPS,
-        cos_sin_cache=cos_sin(SMALL_MAX_POS if top <= SMALL_MAX_POS else LAST_POSITION + 1),
+        rms_norm_weight=data.norm_weight(_D, norm_dtype, kv_regime, g),
+        rms_norm_eps=data.EPS,
+        cos_sin_cache=data.cos_sin(data.SMALL_MAX_POS if top <= data.SMALL_MAX_POS else LAST_POSITION + 1),
     )
     args[CACHE_ARG[op]] = sentinel_cache(_kind(op), pages, kv_bs, page_stride, fp8_scale)
     if op == "c128_norm_rope_store_plain":
@@ -235,7 +216,7 @@ def make_k8_case(
     g = torch.Generator().manual_seed(seed)
     boundaries = min(boundaries, t)
     positions = _k8_positions(t, boundaries, g)
-    rows = [kv_values((1, _D), request_regime(kv_regime, i), g) for i in range(t)]
+    rows = [data.kv_values((1, _D), data.request_regime(kv_regime, i), g) for i in range(t)]
     ckv = torch.cat(rows).contiguous() if rows else torch.empty((0, _D))
     slot = torch.arange(t, dtype=torch.int64)
     if padding and t > 2:
@@ -312,20 +293,10 @@ class ChainCase:
         return ChainCase(self.k7.fresh(device), self.store.fresh(device))
 
 
-def make_chain_case(
-    op: str,
-    *,
-    lens: tuple[int, ...] = (130, 7),
-    starts: tuple[int, ...] | None = None,
-    kv_bs: int = 2,
-    page_stride: int | None = None,
-    norm_dtype: torch.dtype = torch.bfloat16,
-    kv_regime: str = "normal",
-    score_regime: str = "normal",
-    fp8_scale: float | None = None,
-    padding: bool = True,
-    seed: int = 0,
-) -> ChainCase:
+def make_chain_case(op: str, *, lens: tuple[int, ...] = (130, 7), starts: tuple[int, ...] | None = None,
+                    kv_bs: int = 2, page_stride: int | None = None, norm_dtype: torch.dtype = torch.bfloat16,
+                    kv_regime: str = "normal", score_regime: str = "normal", fp8_scale: float | None = None,
+                    padding: bool = True, seed: int = 0) -> ChainCase:
     """K7 over :func:`make_k7_case`'s tokens, then K8 ``op`` on the same positions and slots."""
     k7 = make_k7_case(
         lens=lens, starts=starts, kv_regime=kv_regime, score_regime=score_regime, padding=padding, seed=seed
@@ -375,7 +346,7 @@ def random_case(op: str, i: int, *, tokens: tuple[int, ...] = TEST_TOKENS) -> C1
     pick = lambda xs: xs[int(torch.randint(len(xs), (1,), generator=g))]  # noqa: E731
     t = pick(tokens)
     if op == "c128_compress":
-        lens = split_lens(t, pick((1, 2, 3)), g)
+        lens = data.split_lens(t, pick((1, 2, 3)), g)
         starts = tuple(pick((0, 100, 127, 250, 255, 1001, 1023)) for _ in lens)
         if i % 11 == 5:
             starts = (LAST_POSITION + 1 - lens[0], *starts[1:])  # reaches 1 048 575

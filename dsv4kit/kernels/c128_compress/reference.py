@@ -119,8 +119,7 @@ def _k7_reference(ops: Any) -> torch.Tensor:
     return compressed_kv
 
 
-c128_compress_reference = with_operands(
-    OPERANDS["c128_compress"], _k7_reference, "c128_compress_reference",
+c128_compress_reference = with_operands(OPERANDS["c128_compress"], _k7_reference,
     """K7: fp32 pooled rows ``compressed_kv [T, 512]`` (a view of ``out``) at C128 boundary tokens.
 
     Rows of other tokens are left untouched. Without ``out`` the reference allocates zeros (the
@@ -165,10 +164,10 @@ def _k8_reference(ops: Any) -> None:
 
 
 c128_norm_rope_store_ds_mla_reference = with_operands(
-    OPERANDS["c128_norm_rope_store_ds_mla"], _k8_reference, "c128_norm_rope_store_ds_mla_reference",
+    OPERANDS["c128_norm_rope_store_ds_mla"], _k8_reference,
     "K8a: RMSNorm -> RoPE at ``(p // 128) * 128`` -> E1 -> fp8_ds_mla store, boundary rows only.")
 c128_norm_rope_store_plain_reference = with_operands(
-    OPERANDS["c128_norm_rope_store_plain"], _k8_reference, "c128_norm_rope_store_plain_reference",
+    OPERANDS["c128_norm_rope_store_plain"], _k8_reference,
     "K8b: as K8a but E2 (bf16 cache) or E3 (e4m3 cache with ``fp8_scale[0]``) plain-row store (§2.6).")
 
 

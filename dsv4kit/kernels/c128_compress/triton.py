@@ -72,7 +72,7 @@ import triton
 import triton.language as tl
 
 from dsv4kit.backends.triton import Const, FromKey, Ptr, Runtime, TritonJitKernel
-from dsv4kit.kernels.c4_compress.triton import norm_rope
+from dsv4kit.kernels.c4_compress.triton import STATE_POINTERS, norm_rope
 from dsv4kit.kernels.c128_compress.spec import C128CompressBase, C128StoreDsMlaBase, C128StorePlainBase
 from dsv4kit.kernels.compressor.contract import LaunchOperands
 from dsv4kit.kernels.encoders.spec import key_encoder
@@ -235,17 +235,9 @@ class C128CompressTriton(C128CompressBase, TritonJitKernel["C128CompressBase.Com
 
     kernel_fn = c128_compress_kernel
     params = {
-        "state_ptr": Ptr(torch.float32),  # data_ptr % 16 == 0: checked (§2.8)
-        "req_ptr": Ptr(torch.int32, aligned=False),
-        "pos_ptr": Ptr(torch.int64, aligned=False),
-        "slot_ptr": Ptr(torch.int64, aligned=False),
-        "bt_ptr": Ptr(torch.int32, aligned=False),
+        **STATE_POINTERS,
         "out_ptr": Ptr(torch.float32, aligned=False),
-        "n_tok": Runtime(),
-        "tpp": Runtime(),
-        "block_stride": Runtime(),
-        "bt_stride": Runtime(),
-        "path": Runtime(),
+        **dict.fromkeys(("n_tok", "tpp", "block_stride", "bt_stride", "path"), Runtime()),
         "BD_TILE": Const(BD_TILE),
         "BD_STREAM": Const(BD_STREAM),
         "STREAM_ROWS": Const(STREAM_ROWS),

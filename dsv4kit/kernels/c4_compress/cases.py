@@ -12,8 +12,6 @@ notebook and the GPU script use the same cases.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from dsv4kit.formats.ds_mla import ds_min_page_stride
@@ -91,29 +89,15 @@ def make_case(
     r = requests(lens, starts, first, sbs, 2 * head, kv_regime, score_regime, padding, g)
     kv_slots, pages = boundary_kv_slots((r.positions + 1) % RATIO == 0, kv_bs, padding, g)
     cache = sentinel_cache(_kind(op), pages, kv_bs, page_stride, fp8_scale)
-    args: dict[str, Any] = dict(
-        state_cache=r.state,
-        token_to_req=r.token_to_req,
-        positions=r.positions,
-        slot_mapping=r.slot_mapping,
-        block_table=r.block_table,
-        state_block_size=sbs,
-        rms_norm_weight=norm_weight(head, norm_dtype, kv_regime, g),
-        rms_norm_eps=EPS,
-        cos_sin_cache=cos_sin(max_pos),
-    )
-    args["kv_cache" if op == "c4_compress_plain" else "k_cache"] = cache
-    args["kv_slot_mapping"] = kv_slots
-    if op == "c4_compress_plain":
-        args["fp8_scale"] = None if fp8_scale is None else torch.tensor([fp8_scale], dtype=torch.float32)
-    if op == "indexer_compress":
-        args["use_fp4_cache"] = use_fp4
-    label = (
-        f"{op} T={len(r.positions)} lens={lens} starts={starts} sbs={sbs} kv_bs={kv_bs} P={page_stride} "
-        f"w={str(norm_dtype).removeprefix('torch.')} kv={kv_regime} s={score_regime}"
-        + (f" fp8_scale={fp8_scale}" if op == "c4_compress_plain" else "")
-        + (f" fp4={use_fp4}" if op == "indexer_compress" else "")
-    )
+    scale = None if fp8_scale is None else torch.tensor([fp8_scale], dtype=torch.float32)
+    extra = {"c4_compress_plain": dict(fp8_scale=scale), "indexer_compress": dict(use_fp4_cache=use_fp4)}
+    weight = norm_weight(head, norm_dtype, kv_regime, g)
+    args = OPERANDS[op](r.state, r.token_to_req, r.positions, r.slot_mapping, r.block_table, sbs, weight, EPS,
+                        cos_sin(max_pos), cache, kv_slots, **extra.get(op, {}))._asdict()
+    w = str(norm_dtype).removeprefix("torch.")
+    tail = {"c4_compress_plain": f" fp8_scale={fp8_scale}", "indexer_compress": f" fp4={use_fp4}"}.get(op, "")
+    label = (f"{op} T={len(r.positions)} lens={lens} starts={starts} sbs={sbs} kv_bs={kv_bs} P={page_stride} "
+             f"w={w} kv={kv_regime} s={score_regime}{tail}")
     return C4Case(op, args, label, dict(kv_regime=kv_regime, score_regime=score_regime))
 
 

@@ -94,14 +94,11 @@ def _reference(ops: Any) -> None:
     common.stored_reference(ops, check_c4, c4_rows, RATIO, True, HEAD_DIM[ops.op])
 
 
-c4_compress_ds_mla_reference = with_operands(
-    OPERANDS["c4_compress_ds_mla"], _reference, "c4_compress_ds_mla_reference",
+c4_compress_ds_mla_reference = with_operands(OPERANDS["c4_compress_ds_mla"], _reference,
     "K5: C4 pool (D 512) -> RMSNorm -> RoPE -> E1 -> fp8_ds_mla store.")
-c4_compress_plain_reference = with_operands(
-    OPERANDS["c4_compress_plain"], _reference, "c4_compress_plain_reference",
+c4_compress_plain_reference = with_operands(OPERANDS["c4_compress_plain"], _reference,
     "K6: as K5 up to y, then E2 (bf16 cache) or E3 (e4m3 cache with ``fp8_scale[0]``) plain-row store.")
-indexer_compress_reference = with_operands(
-    OPERANDS["indexer_compress"], _reference, "indexer_compress_reference",
+indexer_compress_reference = with_operands(OPERANDS["indexer_compress"], _reference,
     "K9: C4 pool (D 128) -> RMSNorm -> RoPE on dims [64, 128) -> E4 (FP8) or E5 (MXFP4) store (§2.7).")
 
 

@@ -44,6 +44,7 @@ from dsv4kit.kernels.encoders.spec import key_encoder
 from dsv4kit.kernels.encoders.triton import encode_store
 
 __all__ = [
+    "STATE_POINTERS",
     "C4CompressDsMlaTriton",
     "C4CompressPlainTriton",
     "IndexerCompressTriton",
@@ -267,16 +268,23 @@ def launch_shape(t: int) -> tuple[int, int]:
     return chunk, max(1, min(triton.cdiv(t, chunk), MAX_PROGRAMS))
 
 
+#: The pointers to the state pool and the per-token arrays every pooling kernel reads (K5, K6, K9; K7
+#: in :mod:`dsv4kit.kernels.c128_compress.triton`), in its parameter order.
+STATE_POINTERS = {
+    "state_ptr": Ptr(torch.float32),  # data_ptr % 16 == 0: checked (§2.8)
+    "req_ptr": Ptr(torch.int32, aligned=False),
+    "pos_ptr": Ptr(torch.int64, aligned=False),
+    "slot_ptr": Ptr(torch.int64, aligned=False),
+    "bt_ptr": Ptr(torch.int32, aligned=False),
+}
+
+
 class _C4CompressTriton:
     """The launch K5, K6 and K9 share (a mixin): chunks of tokens per program, the key's head and encoder."""
 
     kernel_fn = c4_compress_kernel
     params = {
-        "state_ptr": Ptr(torch.float32),  # data_ptr % 16 == 0: checked (§2.8)
-        "req_ptr": Ptr(torch.int32, aligned=False),
-        "pos_ptr": Ptr(torch.int64, aligned=False),
-        "slot_ptr": Ptr(torch.int64, aligned=False),
-        "bt_ptr": Ptr(torch.int32, aligned=False),
+        **STATE_POINTERS,
         "nw_ptr": Ptr("norm_weight_dtype", aligned=False),
         "cs_ptr": Ptr(torch.float32, aligned=False),
         "kv_slot_ptr": Ptr(torch.int64, aligned=False),

@@ -19,7 +19,8 @@ from dsv4kit.formats.plain_row import allocate_plain_cache
 from dsv4kit.formats.state_cache import allocate_state_cache
 from dsv4kit.testing.compressor_data import SENTINEL, kv_values, request_regime, scores
 
-__all__ = ["CompressorCase", "Requests", "boundary_kv_slots", "clone_strided", "requests", "sentinel_cache"]
+__all__ = ["CompressorCase", "Requests", "assert_args_match_fakes", "boundary_kv_slots", "clone_strided",
+           "requests", "sentinel_cache"]
 
 
 @dataclass
@@ -136,3 +137,22 @@ def sentinel_cache(kind: str, pages: int, kv_bs: int, page_stride: int | None,
         dtype = torch.bfloat16 if fp8_scale is None else torch.float8_e4m3fn
         return allocate_plain_cache(pages, kv_bs, dtype, page_stride=page_stride, fill_byte=SENTINEL)
     return allocate_indexer_cache(pages, kv_bs, page_stride=page_stride, fill=SENTINEL)
+
+
+_CUTE_DTYPES = {torch.float32: "Float32", torch.int32: "Int32", torch.int64: "Int64", torch.uint8: "Uint8",
+                torch.bfloat16: "BFloat16"}
+
+
+def assert_args_match_fakes(args: tuple[Any, ...], fakes: tuple[Any, ...], n_const: int) -> None:
+    """A CuTeDSL kernel's runtime arguments line up with its fake (warmup) inputs: the count (the
+    fakes end with the stream and ``n_const`` constexprs), 1-D unit-stride tensors of the fakes'
+    dtypes and fixed sizes, scalars where the fakes have scalars."""
+    assert len(args) == len(fakes) - 1 - n_const
+    for arg, fake in zip(args, fakes, strict=False):
+        if isinstance(arg, torch.Tensor):
+            assert arg.dim() == 1 and arg.stride() == (1,) and len(fake.shape) == 1
+            assert _CUTE_DTYPES[arg.dtype] == str(fake.element_type)
+            if isinstance(fake.shape[0], int):
+                assert arg.shape[0] == fake.shape[0]
+        else:
+            assert isinstance(arg, int | float) and not isinstance(fake, torch.Tensor)

@@ -235,16 +235,8 @@ def store_rows(ops: Any, slots: torch.Tensor, y: torch.Tensor) -> None:
 # --------------------------------------------------------------------------- row computation
 
 
-def compress_rows(
-    kernel: str,
-    state_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    req: torch.Tensor,
-    positions: torch.Tensor,
-    ratio: int,
-    overlap: bool,
-    head_dim: int,
-) -> torch.Tensor:
+def compress_rows(kernel: str, state_cache: torch.Tensor, block_table: torch.Tensor, req: torch.Tensor,
+                  positions: torch.Tensor, ratio: int, overlap: bool, head_dim: int) -> torch.Tensor:
     """``pool(...)`` of §2.8 for each selected token: fp32 ``[n, head_dim]``.
 
     ``req``/``positions`` are the selected tokens' request rows and positions; request rows and
