@@ -44,6 +44,7 @@ from dsv4kit.kernels.compressor.contract import (
     CompressorBase,
     CompressorConfig,
     LaunchOperands,
+    PlainRowStore,
     compressor_spec,
     launch_operands,
     specs,
@@ -208,17 +209,23 @@ class C128StoreBase(C128Base):
     check_inputs = staticmethod(check_k8)
 
 
+@dataclass(frozen=True, kw_only=True)
+class _StoreKey:
+    """The fields the K8a and K8b keys begin with (fixed: a call implying other values is refused)."""
+
+    head_size: int = fixed(512)
+    rope_head_dim: int = fixed(64)
+    fp8_max: float = fixed(448.0)
+    quant_block: int = fixed(64)
+
+
 class C128StoreDsMlaBase(C128StoreBase):
     """K8a: RMSNorm -> RoPE -> E1 -> fp8_ds_mla, page geometry in the key (trap 4)."""
 
     Operands = OPERANDS["c128_norm_rope_store_ds_mla"]
 
     @dataclass(frozen=True, kw_only=True)
-    class CompileKey:
-        head_size: int = fixed(512)
-        rope_head_dim: int = fixed(64)
-        fp8_max: float = fixed(448.0)
-        quant_block: int = fixed(64)
+    class CompileKey(_StoreKey):
         token_stride: int = fixed(576)
         scale_dim: int = fixed(8)
         compress_ratio: int = fixed(128)
@@ -249,17 +256,13 @@ class C128StoreDsMlaBase(C128StoreBase):
 
 
 
-class C128StorePlainBase(C128StoreBase):
+class C128StorePlainBase(PlainRowStore, C128StoreBase):
     """K8b: RMSNorm -> RoPE -> E2 (bf16 cache) or E3 (e4m3 cache, ``fp8_scale``); geometry runtime."""
 
     Operands = OPERANDS["c128_norm_rope_store_plain"]
 
     @dataclass(frozen=True, kw_only=True)
-    class CompileKey:
-        head_size: int = fixed(512)
-        rope_head_dim: int = fixed(64)
-        fp8_max: float = fixed(448.0)
-        quant_block: int = fixed(64)
+    class CompileKey(_StoreKey):
         compress_ratio: int = fixed(128)
         #: ``kv_cache`` is float8_e4m3fn (E3); else bf16 (E2).
         store_full_fp8: bool
@@ -273,12 +276,6 @@ class C128StorePlainBase(C128StoreBase):
             norm_weight_dtype=str(rms_norm_weight.dtype).removeprefix("torch."),
         )
 
-    @staticmethod
-    def applies(config: C128CompressConfig) -> bool:
-        return config.stores(RATIO, "plain")
-
-    def key_inputs(self, config: C128CompressConfig) -> dict[str, Any]:
-        return {**super().key_inputs(config), "kv_cache": config.plain_cache()}
 
 
 

@@ -33,7 +33,13 @@ from dsv4kit.kernels.c4_compress.reference import (
     check_c4,
     indexer_compress_reference,
 )
-from dsv4kit.kernels.compressor.contract import CompressorBase, CompressorConfig, compressor_spec, specs
+from dsv4kit.kernels.compressor.contract import (
+    CompressorBase,
+    CompressorConfig,
+    PlainRowStore,
+    compressor_spec,
+    specs,
+)
 
 __all__ = [
     "SPECS",
@@ -81,6 +87,17 @@ class C4CompressBase(CompressorBase):
         return {**super().key_inputs(config), "state_cache": Like(shape=(1, 4, 4 * self.head))}
 
 
+@dataclass(frozen=True, kw_only=True)
+class _MainKey:
+    """The fields the K5 and K6 keys begin with (fixed: a call implying other values is refused)."""
+
+    head_size: int = fixed(512)
+    state_width: int = fixed(1024)
+    rope_head_dim: int = fixed(64)
+    fp8_max: float = fixed(448.0)
+    quant_block: int = fixed(64)
+
+
 class C4CompressDsMlaBase(C4CompressBase):
     """K5: C4 pool (D 512) -> RMSNorm -> RoPE -> E1 -> fp8_ds_mla."""
 
@@ -88,12 +105,7 @@ class C4CompressDsMlaBase(C4CompressBase):
     head = DS_HEAD_DIM
 
     @dataclass(frozen=True, kw_only=True)
-    class CompileKey:
-        head_size: int = fixed(512)
-        state_width: int = fixed(1024)
-        rope_head_dim: int = fixed(64)
-        fp8_max: float = fixed(448.0)
-        quant_block: int = fixed(64)
+    class CompileKey(_MainKey):
         token_stride: int = fixed(576)
         scale_dim: int = fixed(8)
         compress_ratio: int = fixed(4)
@@ -114,19 +126,14 @@ class C4CompressDsMlaBase(C4CompressBase):
         return config.cache_block_size > 0 and config.stores(RATIO, "fp8_ds_mla")
 
 
-class C4CompressPlainBase(C4CompressBase):
+class C4CompressPlainBase(PlainRowStore, C4CompressBase):
     """K6: as K5 up to the row, then E2 (bf16 cache) or E3 (e4m3 cache, ``fp8_scale``)."""
 
     Operands = OPERANDS["c4_compress_plain"]
     head = DS_HEAD_DIM
 
     @dataclass(frozen=True, kw_only=True)
-    class CompileKey:
-        head_size: int = fixed(512)
-        state_width: int = fixed(1024)
-        rope_head_dim: int = fixed(64)
-        fp8_max: float = fixed(448.0)
-        quant_block: int = fixed(64)
+    class CompileKey(_MainKey):
         compress_ratio: int = fixed(4)
         overlap: bool = fixed(True)
         #: ``kv_cache`` is float8_e4m3fn (E3); else bf16 (E2).
@@ -142,12 +149,6 @@ class C4CompressPlainBase(C4CompressBase):
             norm_weight_dtype=str(rms_norm_weight.dtype).removeprefix("torch."),
         )
 
-    @staticmethod
-    def applies(config: C4CompressConfig) -> bool:
-        return config.stores(RATIO, "plain")
-
-    def key_inputs(self, config: C4CompressConfig) -> dict[str, Any]:
-        return {**super().key_inputs(config), "kv_cache": config.plain_cache()}
 
 
 class IndexerCompressBase(C4CompressBase):

@@ -35,8 +35,8 @@ from dsv4kit.kernels.compressor.reference import check_values
 from dsv4kit.kernels.encoders.reference import check_aligned
 from dsv4kit.kernels.encoders.spec import StoreOperands, cache_operands
 
-__all__ = ["CompressorBase", "CompressorConfig", "CompressorOperands", "LaunchOperands", "compressor_spec",
-           "flat", "launch_operands", "specs", "unit"]
+__all__ = ["CompressorBase", "CompressorConfig", "CompressorOperands", "LaunchOperands", "PlainRowStore",
+           "compressor_spec", "flat", "launch_operands", "specs", "unit"]
 
 _I32 = 2**31
 
@@ -219,6 +219,22 @@ class CompressorBase(JitKernel[Any]):
         key = dispatch_key(self, ops)
         run = launch_operands(self.name, ops, t, eps)
         return key, self.launch_args(key, ops, run), output, _none if output is None else _same
+
+
+class PlainRowStore:
+    """The plain-row stores K6 and K8b (a mixin before their family's base): called where a layer of
+    the family's ratio has a bf16 / fp8 main cache; keys traced with that cache (E2 / E3)."""
+
+    __slots__ = ()
+
+    ratio: ClassVar[int]
+
+    @classmethod
+    def applies(cls, config: Any) -> bool:
+        return config.stores(cls.ratio, "plain")
+
+    def key_inputs(self, config: Any) -> dict[str, Any]:
+        return {**super().key_inputs(config), "kv_cache": config.plain_cache()}  # type: ignore[misc]
 
 
 def _none(_: Any) -> None:
