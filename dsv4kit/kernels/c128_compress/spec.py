@@ -160,9 +160,13 @@ def NormStoreOperands(eps: float, store: StoreOperands) -> LaunchOperands:  # no
 
 
 class C128CompressBase(C128Base):
-    """K7: at boundary tokens pool 128 state rows (16 blocks of 8) per column into fp32 ``[T, 512]``,
-    a view of ``out`` (allocated uninitialized if None); rows of non-boundary and padding tokens are
-    not written. A backend class adds :meth:`launch_args` and the kernel."""
+    """K7: C128 compress: pool the 128-row window (16 state blocks of 8) at each boundary token into an
+    fp32 row; C128 layers, every step.
+
+    At boundary tokens pool 128 state rows (16 blocks of 8) per column into fp32 ``[T, 512]``, a view
+    of ``out`` (allocated uninitialized if None); rows of non-boundary and padding tokens are not
+    written. A backend class adds :meth:`launch_args` and the kernel.
+    """
 
     Operands = OPERANDS["c128_compress"]
 
@@ -220,7 +224,8 @@ class _StoreKey:
 
 
 class C128StoreDsMlaBase(C128StoreBase):
-    """K8a: RMSNorm -> RoPE -> E1 -> fp8_ds_mla, page geometry in the key (trap 4)."""
+    """K8a: C128 RMSNorm -> RoPE -> E1 into the fp8_ds_mla cache (page geometry in the key, trap 4); C128
+    layers with an fp8_ds_mla cache, every step."""
 
     Operands = OPERANDS["c128_norm_rope_store_ds_mla"]
 
@@ -257,7 +262,11 @@ class C128StoreDsMlaBase(C128StoreBase):
 
 
 class C128StorePlainBase(PlainRowStore, C128StoreBase):
-    """K8b: RMSNorm -> RoPE -> E2 (bf16 cache) or E3 (e4m3 cache, ``fp8_scale``); geometry runtime."""
+    """K8b: C128 RMSNorm -> RoPE -> E2 bf16 / E3 e4m3 into a plain-row cache; C128 layers with a bf16 /
+    fp8 cache, every step.
+
+    E2 for a bf16 cache, E3 (``fp8_scale``) for an e4m3 one; the page geometry is a runtime value.
+    """
 
     Operands = OPERANDS["c128_norm_rope_store_plain"]
 
@@ -293,13 +302,8 @@ def _cutedsl():  # imported on first use: CUTLASS costs 0.5 s at import
 
 SPECS = specs(
     compressor_spec(
-        C128CompressBase,
-        "K7",
-        "C128 compress: pool the 128-row window (16 state blocks of 8) at each boundary token into an fp32 "
-        "row; C128 layers, every step",
-        c128_compress_reference,
-        (lambda: _triton().C128CompressTriton, lambda: _cutedsl().C128CompressCuTeDSL),
-        "c128_compress",
+        C128CompressBase, c128_compress_reference,
+        lambda: _triton().C128CompressTriton, lambda: _cutedsl().C128CompressCuTeDSL,
         "compressed_kv [T, 512] fp32, a view of out (rows of boundary tokens with slots >= 0 written; the "
         "others untouched)",
         # K7 writes out (allocated [T, 512] when None) and returns its first T rows.
@@ -307,22 +311,8 @@ SPECS = specs(
         allocates={"out": lambda a: torch.empty((a["positions"].shape[0], DS_HEAD_DIM), dtype=torch.float32,
                                                 device=a["state_cache"].device)},
     ),
-    compressor_spec(
-        C128StoreDsMlaBase,
-        "K8a",
-        "C128 RMSNorm -> RoPE -> E1 into the fp8_ds_mla cache (page geometry in the key, trap 4); C128 "
-        "layers with an fp8_ds_mla cache, every step",
-        c128_norm_rope_store_ds_mla_reference,
-        (lambda: _triton().C128StoreDsMlaTriton, lambda: _cutedsl().C128StoreDsMlaCuTeDSL),
-        "c128_compress",
-    ),
-    compressor_spec(
-        C128StorePlainBase,
-        "K8b",
-        "C128 RMSNorm -> RoPE -> E2 bf16 / E3 e4m3 into a plain-row cache; C128 layers with a bf16 / fp8 "
-        "cache, every step",
-        c128_norm_rope_store_plain_reference,
-        (lambda: _triton().C128StorePlainTriton, lambda: _cutedsl().C128StorePlainCuTeDSL),
-        "c128_compress",
-    ),
+    compressor_spec(C128StoreDsMlaBase, c128_norm_rope_store_ds_mla_reference,
+                    lambda: _triton().C128StoreDsMlaTriton, lambda: _cutedsl().C128StoreDsMlaCuTeDSL),
+    compressor_spec(C128StorePlainBase, c128_norm_rope_store_plain_reference,
+                    lambda: _triton().C128StorePlainTriton, lambda: _cutedsl().C128StorePlainCuTeDSL),
 )

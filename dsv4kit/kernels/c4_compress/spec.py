@@ -99,7 +99,11 @@ class _MainKey:
 
 
 class C4CompressDsMlaBase(C4CompressBase):
-    """K5: C4 pool (D 512) -> RMSNorm -> RoPE -> E1 -> fp8_ds_mla."""
+    """K5: C4 main compressor: pool the 8-row window at each boundary token, RMSNorm, RoPE, E1 into the
+    fp8_ds_mla cache; C4 layers with an fp8_ds_mla cache, every step.
+
+    C4 pool (D 512) -> RMSNorm -> RoPE -> E1 -> fp8_ds_mla. (The first paragraph is the op's summary.)
+    """
 
     Operands = OPERANDS["c4_compress_ds_mla"]
     head = DS_HEAD_DIM
@@ -127,7 +131,11 @@ class C4CompressDsMlaBase(C4CompressBase):
 
 
 class C4CompressPlainBase(PlainRowStore, C4CompressBase):
-    """K6: as K5 up to the row, then E2 (bf16 cache) or E3 (e4m3 cache, ``fp8_scale``)."""
+    """K6: C4 main compressor into a plain-row cache (E2 bf16 or E3 e4m3); C4 layers with a bf16 / fp8
+    cache, every step.
+
+    As K5 up to the row, then E2 (bf16 cache) or E3 (e4m3 cache, ``fp8_scale``).
+    """
 
     Operands = OPERANDS["c4_compress_plain"]
     head = DS_HEAD_DIM
@@ -152,7 +160,11 @@ class C4CompressPlainBase(PlainRowStore, C4CompressBase):
 
 
 class IndexerCompressBase(C4CompressBase):
-    """K9: C4 pool (D 128) -> RMSNorm -> RoPE -> E4 (FP8) or E5 (MXFP4) indexer K cache."""
+    """K9: C4 indexer compressor (head 128): E4 FP8 or E5 MXFP4 into the indexer K cache; C4 layers, every
+    step.
+
+    C4 pool (D 128) -> RMSNorm -> RoPE -> E4 (FP8) or E5 (MXFP4) indexer K cache.
+    """
 
     Operands = OPERANDS["indexer_compress"]
     head = IDX_HEAD_DIM
@@ -206,31 +218,10 @@ def _cutedsl():  # imported on first use: CUTLASS costs 0.5 s at import
 
 
 SPECS = specs(
-    compressor_spec(
-        C4CompressDsMlaBase,
-        "K5",
-        "C4 main compressor: pool the 8-row window at each boundary token, RMSNorm, RoPE, E1 into the "
-        "fp8_ds_mla cache; C4 layers with an fp8_ds_mla cache, every step",
-        c4_compress_ds_mla_reference,
-        (lambda: _triton().C4CompressDsMlaTriton, lambda: _cutedsl().C4CompressDsMlaCuTeDSL),
-        "c4_compress",
-    ),
-    compressor_spec(
-        C4CompressPlainBase,
-        "K6",
-        "C4 main compressor into a plain-row cache (E2 bf16 or E3 e4m3); C4 layers with a bf16 / fp8 cache, "
-        "every step",
-        c4_compress_plain_reference,
-        (lambda: _triton().C4CompressPlainTriton, lambda: _cutedsl().C4CompressPlainCuTeDSL),
-        "c4_compress",
-    ),
-    compressor_spec(
-        IndexerCompressBase,
-        "K9",
-        "C4 indexer compressor (head 128): E4 FP8 or E5 MXFP4 into the indexer K cache; C4 layers, "
-        "every step",
-        indexer_compress_reference,
-        (lambda: _triton().IndexerCompressTriton, lambda: _cutedsl().IndexerCompressCuTeDSL),
-        "c4_compress",
-    ),
+    compressor_spec(C4CompressDsMlaBase, c4_compress_ds_mla_reference,
+                    lambda: _triton().C4CompressDsMlaTriton, lambda: _cutedsl().C4CompressDsMlaCuTeDSL),
+    compressor_spec(C4CompressPlainBase, c4_compress_plain_reference,
+                    lambda: _triton().C4CompressPlainTriton, lambda: _cutedsl().C4CompressPlainCuTeDSL),
+    compressor_spec(IndexerCompressBase, indexer_compress_reference,
+                    lambda: _triton().IndexerCompressTriton, lambda: _cutedsl().IndexerCompressCuTeDSL),
 )

@@ -19,6 +19,7 @@ Launch plans skip all of it: a planned call never reaches ``__call__``.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -262,25 +263,28 @@ def flat(x: torch.Tensor, row_stride: int | None = None) -> torch.Tensor:
 _STORED = "None (the entries of boundary tokens with slots >= 0 are written in place; no other byte changes)"
 
 
-def compressor_spec(contract: type[CompressorBase], spec_id: str, summary: str, reference: Callable[..., Any],
-                    backends: tuple[Any, Any], folder: str, returns: str = _STORED,
-                    **extra: Any) -> FamilySpec:
-    """The :class:`~dsv4kit.family.FamilySpec` of a compressor op: its record's table, the device of
-    its first argument, the written arguments (``out`` or the cache) as ``mutates``; ``extra``:
-    the torch op's ``result`` / ``allocates`` (K7)."""
+def compressor_spec(contract: type[CompressorBase], reference: Callable[..., Any], triton: Any, cutedsl: Any,
+                    returns: str = _STORED, **extra: Any) -> FamilySpec:
+    """The :class:`~dsv4kit.family.FamilySpec` of a compressor op. Its spec id and summary are the first
+    paragraph of the contract's docstring (``"K5: <summary>."``); its table is the record's, its
+    device the first argument's, ``mutates`` the written arguments (``out`` or the cache);
+    ``triton`` / ``cutedsl``: the backend classes (:data:`~dsv4kit.family.spec.KernelRef`);
+    ``extra``: the torch op's ``result`` / ``allocates`` (K7)."""
+    head = inspect.cleandoc(contract.__doc__ or "").split("\n\n")[0]
+    spec_id, _, summary = " ".join(head.split()).partition(": ")
     args = contract.Operands.table
     return FamilySpec(
         name=contract.op_name,
         spec_id=spec_id,
-        summary=summary,
+        summary=summary.removesuffix("."),
         op_name=contract.op_name,
         args=args,
         contract=contract,
-        variants={DEFAULT_VARIANT: Variant(reference, *backends)},
+        variants={DEFAULT_VARIANT: Variant(reference, triton, cutedsl)},
         returns=returns,
         device_arg=args[0].name,
         config_type=contract.config_type,
-        folder=folder,
+        folder=contract.__module__.split(".")[2],
         mutates=tuple(a.name for a in args if a.name in ("out", "k_cache", "kv_cache")),
         **extra,
     )
