@@ -46,6 +46,7 @@ from dsv4kit.kernels.compressor.contract import (
     LaunchOperands,
     PlainRowStore,
     compressor_spec,
+    fixed_fields,
     launch_operands,
     specs,
 )
@@ -213,14 +214,8 @@ class C128StoreBase(C128Base):
     check_inputs = staticmethod(check_k8)
 
 
-@dataclass(frozen=True, kw_only=True)
-class _StoreKey:
-    """The fields the K8a and K8b keys begin with (fixed: a call implying other values is refused)."""
-
-    head_size: int = fixed(512)
-    rope_head_dim: int = fixed(64)
-    fp8_max: float = fixed(448.0)
-    quant_block: int = fixed(64)
+#: The fields the K8a and K8b keys begin with.
+_StoreKey = fixed_fields("_StoreKey", head_size=512, rope_head_dim=64, fp8_max=448.0, quant_block=64)
 
 
 class C128StoreDsMlaBase(C128StoreBase):

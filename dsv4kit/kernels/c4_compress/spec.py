@@ -38,6 +38,7 @@ from dsv4kit.kernels.compressor.contract import (
     CompressorConfig,
     PlainRowStore,
     compressor_spec,
+    fixed_fields,
     specs,
 )
 
@@ -87,15 +88,9 @@ class C4CompressBase(CompressorBase):
         return {**super().key_inputs(config), "state_cache": Like(shape=(1, 4, 4 * self.head))}
 
 
-@dataclass(frozen=True, kw_only=True)
-class _MainKey:
-    """The fields the K5 and K6 keys begin with (fixed: a call implying other values is refused)."""
-
-    head_size: int = fixed(512)
-    state_width: int = fixed(1024)
-    rope_head_dim: int = fixed(64)
-    fp8_max: float = fixed(448.0)
-    quant_block: int = fixed(64)
+#: The fields the K5 and K6 keys begin with.
+_MainKey = fixed_fields("_MainKey", head_size=512, state_width=1024, rope_head_dim=64, fp8_max=448.0,
+                        quant_block=64)
 
 
 class C4CompressDsMlaBase(C4CompressBase):

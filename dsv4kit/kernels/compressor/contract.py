@@ -19,7 +19,9 @@ Launch plans skip all of it: a planned call never reaches ``__call__``.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -31,13 +33,13 @@ from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, Variant
 from dsv4kit.family.operands import dispatch_key, kernel_call
 from dsv4kit.formats.cache_dtypes import NORM_WEIGHT_DTYPES, normalize_cache_dtype
 from dsv4kit.formats.ds_mla import DS_HEAD_DIM
-from dsv4kit.jit import Immediate, JitKernel, Like, WarmupChoices
+from dsv4kit.jit import Immediate, JitKernel, Like, WarmupChoices, fixed
 from dsv4kit.kernels.compressor.reference import check_values
 from dsv4kit.kernels.encoders.reference import check_aligned
 from dsv4kit.kernels.encoders.spec import StoreOperands, cache_operands
 
 __all__ = ["CompressorBase", "CompressorConfig", "CompressorOperands", "LaunchOperands", "PlainRowStore",
-           "compressor_spec", "flat", "launch_operands", "specs", "unit"]
+           "compressor_spec", "fixed_fields", "flat", "launch_operands", "specs", "unit"]
 
 _I32 = 2**31
 
@@ -220,6 +222,15 @@ class CompressorBase(JitKernel[Any]):
         key = dispatch_key(self, ops)
         run = launch_operands(self.name, ops, t, eps)
         return key, self.launch_args(key, ops, run), output, _none if output is None else _same
+
+
+def fixed_fields(name: str, **values: Any) -> type:
+    """A CompileKey base of fixed fields, in order (``head_size=512``: ``head_size: int = fixed(512)``):
+    the fields several ops' keys begin with; each key subclasses it and adds its own."""
+    fields = [(n, type(v).__name__, fixed(v)) for n, v in values.items()]  # annotations as strings, as written
+    base = dataclasses.make_dataclass(name, fields, frozen=True, kw_only=True)
+    base.__module__ = sys._getframe(1).f_globals["__name__"]
+    return base
 
 
 class PlainRowStore:
