@@ -227,7 +227,7 @@ class CompressorBase(JitKernel[Any]):
 def fixed_fields(name: str, **values: Any) -> type:
     """A CompileKey base of fixed fields, in order (``head_size=512``: ``head_size: int = fixed(512)``):
     the fields several ops' keys begin with; each key subclasses it and adds its own."""
-    fields = [(n, type(v).__name__, fixed(v)) for n, v in values.items()]  # annotations as strings, as written
+    fields = [(n, type(v).__name__, fixed(v)) for n, v in values.items()]  # string annotations, as written
     base = dataclasses.make_dataclass(name, fields, frozen=True, kw_only=True)
     base.__module__ = sys._getframe(1).f_globals["__name__"]
     return base
