@@ -121,6 +121,7 @@ def with_operands(record: type, body: Callable[[Any], R], doc: str, returns: str
     bound.__doc__ = doc
     bound.__module__ = module or inspect.currentframe().f_back.f_globals["__name__"]  # type: ignore[union-attr]
     bound.__signature__ = record.signature.replace(return_annotation=returns)  # type: ignore[attr-defined]
+    bound.__wrapped__ = body  # type: ignore[attr-defined]  # its source: what the function computes
     return bound
 
 

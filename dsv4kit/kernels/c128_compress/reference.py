@@ -21,6 +21,7 @@ from dsv4kit.formats.checks import check_per_token, check_same_device
 from dsv4kit.formats.ds_mla import DS_HEAD_DIM
 from dsv4kit.kernels.compressor import reference as common
 from dsv4kit.kernels.compressor.contract import CompressorOperands
+from dsv4kit.kernels.compressor.reference import compress_rows
 
 __all__ = ["ARGS", "CACHE_ARG", "OPERANDS", "RATIO", "STATE_BLOCK_SIZE", "STORE_OPS",
            "c128_compress_reference", "c128_norm_rope_store_ds_mla_reference",
@@ -112,7 +113,7 @@ def _k7_reference(ops: Any) -> torch.Tensor:
         return compressed_kv
     idx = common.check_values(kernel, ops, RATIO, False, DS_HEAD_DIM)
     if idx.numel():
-        compressed_kv[idx] = common.compress_rows(
+        compressed_kv[idx] = compress_rows(
             kernel, ops.state_cache, ops.block_table, ops.token_to_req[idx], ops.positions[idx], RATIO, False,
             DS_HEAD_DIM
         )
