@@ -33,6 +33,7 @@ import collections
 import inspect
 import operator
 from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
 from typing import Any, ClassVar, TypeVar
 
 import torch
@@ -58,17 +59,19 @@ class OperandRecord:
     table: ClassVar[tuple[Arg, ...]]
     #: The op's signature (the table's), for functions that take the op's arguments.
     signature: ClassVar[inspect.Signature]
+    #: The tensor fields' names, and their values of a record, in table order.
+    _tensor_names: ClassVar[tuple[str, ...]]
+    _tensor_values: ClassVar[Callable[[Any], tuple[Any, ...]]]
 
     def checked(self, kernel: str) -> Any:
         """This record after the table's per-argument checks (spec §2.10), values normalized
         (ints through ``__index__``, floats to float); raises KernelInputError naming the first
         bad argument, in table order, and ``kernel``."""
-        checked = [row.check(kernel, v) for row, v in zip(self.table, self, strict=True)]  # type: ignore[call-overload]
-        return tuple.__new__(type(self), checked)  # type: ignore[arg-type]
+        return tuple.__new__(type(self), map(Arg.check, self.table, repeat(kernel), self))
 
-    def tensors(self) -> dict[str, torch.Tensor]:
-        """The tensor arguments present (not None), by name."""
-        return {a.name: v for a, v in zip(self.table, self, strict=True) if isinstance(v, torch.Tensor)}  # type: ignore[call-overload]
+    def tensors(self) -> dict[str, torch.Tensor | None]:
+        """The tensor arguments by name (an optional one may be None)."""
+        return dict(zip(self._tensor_names, self._tensor_values(self), strict=True))
 
 
 #: An argument's annotation in a signature made from its row (strings, as under postponed evaluation).
@@ -102,6 +105,11 @@ def operands(op: str, table: Sequence[Arg], *bases: type, aliases: Mapping[str, 
                               annotation=_ANNOTATION[a.kind] + (" | None" if a.optional else ""))
             for a in table]),
     }
+    tensor_at = [i for i, a in enumerate(table) if a.kind == "tensor"]
+    ns["_tensor_names"] = tuple(names[i] for i in tensor_at)
+    ns["_tensor_values"] = staticmethod(lambda r: tuple(r[i] for i in tensor_at))  # noqa: E731
+    if len(tensor_at) > 1:
+        ns["_tensor_values"] = staticmethod(operator.itemgetter(*tensor_at))
     for alias, name in (aliases or {}).items():
         if name not in names or alias in names:
             raise ContractError(f"operands({op}): alias {alias!r} -> {name!r}: not a field, or a field")
@@ -142,17 +150,14 @@ def kernel_call(record: type, doc: str = "") -> Callable[..., Any]:
     return kernel_launcher(__call__)
 
 
-_DISPATCH_READS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
+_DISPATCH_READS: dict[type, tuple[Callable[[Any], Any], bool]] = {}
 
 
 def dispatch_key(kernel: Any, record: Any) -> Any:
     """``kernel.dispatch`` of the op arguments in ``record``, its parameters read by name."""
-    read = _DISPATCH_READS.get(type(kernel))
-    if read is None:
+    found = _DISPATCH_READS.get(type(kernel))
+    if found is None:
         params = type(kernel)._dispatch_program.params
-        if len(params) == 1:
-            one = operator.attrgetter(params[0])
-            read = _DISPATCH_READS[type(kernel)] = lambda r: (one(r),)
-        else:
-            read = _DISPATCH_READS[type(kernel)] = operator.attrgetter(*params)
-    return kernel.dispatch(*read(record))
+        found = _DISPATCH_READS[type(kernel)] = (operator.attrgetter(*params), len(params) > 1)
+    read, several = found
+    return kernel.dispatch(*read(record)) if several else kernel.dispatch(read(record))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import inspect
 import re
-from dataclasses import replace
 
 import pytest
 import torch
@@ -250,7 +249,7 @@ def test_mapping_constants() -> None:
 def _launch(k, case, t=None):
     """``(launch_args, LaunchOperands)`` of ``case`` as the call builds them (``t``: another T)."""
     key, ops, run = k.prepare(**case.args)
-    return k.launch_args(key, ops, run if t is None else replace(run, t=t)), run
+    return k.launch_args(key, ops, run if t is None else run._replace(t=t)), run
 
 
 

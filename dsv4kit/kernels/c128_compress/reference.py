@@ -80,9 +80,9 @@ OPERANDS: dict[str, type] = {
 # --------------------------------------------------------------------------- K7
 
 
-def check_k7(kernel: str, ops: Any) -> int:
+def check_k7(kernel: str, ops: Any) -> tuple[int, float]:
     """The metadata checks of a K7 call (its record ``ops``; host only: every call, before any
-    launch); returns T."""
+    launch); returns (T, 0.0): K7 has no eps, and every compressor's checks return (T, eps)."""
     ops = ops.checked(kernel)
     state_cache, out = ops.state_cache, ops.out
     if state_cache.dim() == 3 and state_cache.shape[1] != STATE_BLOCK_SIZE:  # trap 5
@@ -99,12 +99,12 @@ def check_k7(kernel: str, ops: Any) -> int:
         if out.shape[0] > 0 and out.stride() != (DS_HEAD_DIM, 1):
             raise input_error(kernel, "out", f"strides ({DS_HEAD_DIM}, 1)", f"strides {tuple(out.stride())}")
     check_same_device(kernel, ops.tensors())
-    return t
+    return t, 0.0
 
 
 def _k7_reference(ops: Any) -> torch.Tensor:
     kernel = "c128_compress"
-    t = check_k7(kernel, ops)
+    t, _ = check_k7(kernel, ops)
     out = ops.out
     if out is None:
         out = torch.zeros((t, DS_HEAD_DIM), dtype=torch.float32, device=ops.state_cache.device)
@@ -149,7 +149,7 @@ def check_k8(kernel: str, ops: Any) -> tuple[int, float]:
     check_per_token(kernel, "slot_mapping", ops.slot_mapping, torch.int64, t)
     check_per_token(kernel, "kv_slot_mapping", ops.kv_slot_mapping, torch.int64, t)
     eps = common.check_norm_rope_inputs(kernel, ops, DS_HEAD_DIM)
-    common.check_store_inputs(kernel, ops, t)
+    common.check_store_inputs(kernel, ops, t, kv_slots=False)
     return t, eps
 
 
@@ -179,7 +179,7 @@ c128_norm_rope_store_plain_reference = with_operands(
 def check_c128_compress_inputs(kernel: str, *args: Any) -> int:
     """:func:`check_k7` of K7's arguments (``state_cache, token_to_req, positions, slot_mapping,
     block_table, out``); returns T."""
-    return check_k7(kernel, OPERANDS["c128_compress"](*args))
+    return check_k7(kernel, OPERANDS["c128_compress"](*args))[0]
 
 
 def check_c128_compress_values(kernel: str, *args: Any) -> torch.Tensor:

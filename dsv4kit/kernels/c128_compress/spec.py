@@ -139,7 +139,7 @@ def _either_form(launch_args: Any) -> Any:
             ops = self.Operands(None, *tensors)
         else:
             ops = self.Operands(*tensors[:5], None, tensors[5], None)
-        return launch_args(self, key, ops, replace(run, t=t))
+        return launch_args(self, key, ops, run._replace(t=t))
 
     either.__doc__ = launch_args.__doc__
     either.record_form = launch_args  # type: ignore[attr-defined]
@@ -192,9 +192,8 @@ class C128CompressBase(C128Base):
     def key_inputs(self, config: C128CompressConfig) -> dict[str, Any]:
         return {"state_cache": Like(shape=(1, STATE_BLOCK_SIZE, 2 * DS_HEAD_DIM))}
 
-    @staticmethod
-    def check_inputs(kernel: str, ops: Any) -> tuple[int, float]:
-        return check_k7(kernel, ops), 0.0
+    check_inputs = staticmethod(check_k7)
+    returns_output = True
 
     def bind_output(self, ops: Any, t: int) -> tuple[Any, Any]:
         out = ops.out

@@ -23,8 +23,7 @@ import dataclasses
 import inspect
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 
@@ -107,15 +106,15 @@ class CompressorOperands:
     use_fp4_cache: bool | None = None
 
 
-@dataclass(frozen=True)
-class LaunchOperands:
+class LaunchOperands(NamedTuple):
     """What both backends launch with besides the record's own tensors (after the checks).
 
     ``t``: tokens. ``eps``: the norm's (K5..K9; fp32-rounded by the kernels). ``state``: a 1-D fp32
     view of the state cache from its first block (16-byte aligned, §2.8), ``block_stride``
     elements between state blocks, ``sbs`` rows per block, ``bt_stride`` elements between
     block-table rows (K5, K6, K7, K9). ``store``: where the encoded rows go (K5, K6, K8, K9;
-    :class:`~dsv4kit.kernels.encoders.spec.StoreOperands`).
+    :class:`~dsv4kit.kernels.encoders.spec.StoreOperands`). A named tuple: built on every
+    full-path call, and a tuple is the cheapest record to build.
     """
 
     t: int
@@ -151,12 +150,19 @@ class CompressorBase(JitKernel[Any]):
     Operands: ClassVar[type]
     #: The op name (set from ``Operands``).
     op_name: ClassVar[str]
+    #: The argument whose device the backend checks: the first (``state_cache`` or ``compressed_kv``).
+    _device_arg: ClassVar[str]
+    #: :meth:`launch_args` as the call makes it, ``(key, ops, run)`` (set per class).
+    _record_launch_args: ClassVar[Callable[..., tuple[Any, ...]]]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "Operands" in vars(cls):
             cls.op_name = cls.Operands.op
+            cls._device_arg = cls.Operands.table[0].name
             cls.__call__ = kernel_call(cls.Operands)  # type: ignore[method-assign]
+        found = cls.launch_args  # the call's own: a family may wrap launch_args for other callers
+        cls._record_launch_args = getattr(found, "record_form", found)
 
     #: The compress ratio, whether windows overlap (C4), the head the op pools or stores.
     ratio: ClassVar[int]
@@ -169,8 +175,12 @@ class CompressorBase(JitKernel[Any]):
         """The metadata checks (host only: every call, before any launch); returns (T, eps)."""
         raise NotImplementedError
 
+    #: Whether the call returns a tensor (:meth:`bind_output`); the stores write a cache and return None.
+    returns_output: ClassVar[bool] = False
+
     def bind_output(self, ops: Any, t: int) -> tuple[Any, Any]:
-        """``(ops, what the call returns)``: the stores write a cache in place and return None."""
+        """``(ops, what the call returns)`` of an op that returns a tensor (K7: ``out[:T]``, ``out``
+        allocated when None)."""
         return ops, None
 
     # ------------------------------------------------------------------ warmup
@@ -204,24 +214,28 @@ class CompressorBase(JitKernel[Any]):
         ``launch_args(*kernel.prepare(...))`` are the executor's arguments the call would get."""
         ops = self.Operands(*args, **kwargs)
         t, eps = self.check_inputs(self.name, ops)
-        ops, _ = self.bind_output(ops, t)
+        if self.returns_output:
+            ops, _ = self.bind_output(ops, t)
         return dispatch_key(self, ops), ops, launch_operands(self.name, ops, t, eps)
 
     def launch_operands(self, ops: Any, debug_checks: bool | None) -> Any:
         """The launch spec of one bound call (see the module docstring)."""
-        debug = (not self.platform.is_cuda) if debug_checks is None else debug_checks
-        t, eps = self.check_inputs(self.name, ops)
-        self.check_device(ops.table[0].name, ops[0])
-        if ops.kv_cache is not None:
-            check_aligned(self.name, "kv_cache", ops.kv_cache, 16)  # the kernels store 16-byte vectors
-        if debug:
-            check_values(self.name, ops, self.ratio, self.overlap, self.head)
-        ops, output = self.bind_output(ops, t)
+        name = self.name
+        t, eps = self.check_inputs(name, ops)
+        self.check_device(self._device_arg, ops[0])
+        plain = ops.kv_cache
+        if plain is not None:
+            check_aligned(name, "kv_cache", plain, 16)  # the kernels store 16-byte vectors
+        if (not self.platform.is_cuda) if debug_checks is None else debug_checks:
+            check_values(name, ops, self.ratio, self.overlap, self.head)
+        output = None
+        if self.returns_output:
+            ops, output = self.bind_output(ops, t)
         if t == 0:
             return Immediate(output)
         key = dispatch_key(self, ops)
-        run = launch_operands(self.name, ops, t, eps)
-        return key, self.launch_args(key, ops, run), output, _none if output is None else _same
+        run = launch_operands(name, ops, t, eps)
+        return key, self._record_launch_args(key, ops, run), output, _none if output is None else _same
 
 
 def fixed_fields(name: str, **values: Any) -> type:

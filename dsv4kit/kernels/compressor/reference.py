@@ -151,19 +151,22 @@ def check_norm_rope_inputs(kernel: str, ops: Any, dim: int) -> float:
     return eps
 
 
-def check_store_inputs(kernel: str, ops: Any, t: int) -> None:
+def check_store_inputs(kernel: str, ops: Any, t: int, kv_slots: bool = True) -> None:
     """Checks of the record's compressed cache (fp8_ds_mla, plain rows or indexer K, by its
-    argument's name and the op), its kv slots, ``fp8_scale`` (metadata) and every tensor's device."""
-    if ops.kv_cache is not None:
-        check_plain_cache(kernel, "kv_cache", ops.kv_cache)
+    argument's name and the op), its kv slots (unless ``kv_slots`` is false: the caller checked
+    them), ``fp8_scale`` (metadata) and every tensor's device."""
+    plain = ops.kv_cache
+    if plain is not None:
+        check_plain_cache(kernel, "kv_cache", plain)
     elif ops.use_fp4_cache is not None:
         check_indexer_cache(kernel, "k_cache", ops.k_cache)
     else:
         check_ds_cache(kernel, "k_cache", ops.k_cache)
-    check_per_token(kernel, "kv_slot_mapping", ops.kv_slot_mapping, torch.int64, t)
+    if kv_slots:
+        check_per_token(kernel, "kv_slot_mapping", ops.kv_slot_mapping, torch.int64, t)
     check_same_device(kernel, ops.tensors())
-    if ops.kv_cache is not None:
-        check_fp8_scale(kernel, ops.kv_cache, ops.fp8_scale, check_value=False)
+    if plain is not None:
+        check_fp8_scale(kernel, plain, ops.fp8_scale, check_value=False)
 
 
 def selected_tokens(
