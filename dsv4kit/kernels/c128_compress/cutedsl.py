@@ -78,7 +78,7 @@ from cutlass import BFloat16, Float32, Int32, Int64, Uint8
 
 from dsv4kit.backends.cutedsl import CuTeDSLJitKernel, fake_stream, fake_tensor, sym
 from dsv4kit.errors import input_error
-from dsv4kit.kernels.c4_compress.cutedsl import norm_rope
+from dsv4kit.kernels.c4_compress.cutedsl import norm_rope, state_fakes, warp_tokens
 from dsv4kit.kernels.c128_compress.spec import (
     C128CompressBase,
     C128StoreDsMlaBase,
@@ -154,17 +154,12 @@ def _pair(buf: cute.Tensor, off: Int32) -> cute.Tensor:
 
 
 @cute.kernel
-def _c128_compress_kernel(
-    mState: cute.Tensor,     # fp32 [*]: the state cache from its first block (16-byte aligned)
-    mReq: cute.Tensor,       # int32 [T] token_to_req
-    mPos: cute.Tensor,       # int64 [T]
-    mSlot: cute.Tensor,      # int64 [T] state slots (< 0: padding)
-    mBT: cute.Tensor,        # int32 [*] block table: row r at r * bt_stride
-    mOut: cute.Tensor,       # fp32 [*] out rows (stride 512); only boundary rows are written
-    block_stride: Int64,
-    bt_stride: Int64,
-    slices: Int32,
-):
+def _c128_compress_kernel(mState: cute.Tensor, mReq: cute.Tensor, mPos: cute.Tensor, mSlot: cute.Tensor,
+                          mBT: cute.Tensor, mOut: cute.Tensor, block_stride: Int64, bt_stride: Int64,
+                          slices: Int32):
+    """The state pool, per-token arrays and block table as the C4 kernels take them
+    (:func:`~dsv4kit.kernels.c4_compress.cutedsl.c4_compress_host`); ``mOut``: fp32 ``[*]`` out rows
+    (stride 512), only boundary rows written."""
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     lane = cute.arch.lane_idx()
@@ -298,13 +293,8 @@ class C128CompressCuTeDSL(C128CompressBase, CuTeDSLJitKernel["C128CompressBase.C
 
     def warmup_inputs(self, key: Any) -> tuple[Any, ...]:
         # Every size is a symbol: T, the state / block-table / out spans are runtime values.
-        t = sym(symbol="T")
         return (
-            fake_tensor(Float32, (sym(symbol="state_elems", width=64),)),        # §2.8: data_ptr % 16 == 0
-            fake_tensor(Int32, (t,), align=4),
-            fake_tensor(Int64, (t,), align=8),
-            fake_tensor(Int64, (t,), align=8),
-            fake_tensor(Int32, (sym(symbol="bt_elems", width=64),), align=4),
+            *state_fakes(sym(symbol="T")),
             fake_tensor(Float32, (sym(symbol="out_elems", width=64),), align=4),
             Int64(0), Int64(0), Int32(1),
             fake_stream(self.tvm_ffi),
@@ -338,12 +328,8 @@ def _c128_store_kernel(
     geom_bs: cutlass.Constexpr,
     geom_stride: cutlass.Constexpr,
 ):
-    tidx, _, _ = cute.arch.thread_idx()
-    bidx, _, _ = cute.arch.block_idx()
-    lane = cute.arch.lane_idx()
-    warp = tidx // 32
+    lane, _, first = warp_tokens(K8_WARPS, tpw)
     n = mPos.shape[0]
-    first = (bidx * K8_WARPS + warp) * tpw
 
     t = first + lane
     p = Int64(0)
