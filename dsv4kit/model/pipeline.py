@@ -770,7 +770,7 @@ def _chain_written(op: str, k7: dict[str, Any], a: dict[str, Any], terms: bool) 
     ``m`` from the window rows, ``y`` from the call's ``compressed_kv`` (the reference K7's rows on
     the reference side)."""
     from dsv4kit.kernels.c128_compress.cases import _windows
-    from dsv4kit.kernels.c128_compress.reference import RATIO, c128_rows, check_c128_store_values
+    from dsv4kit.kernels.c128_compress.reference import OPERANDS, RATIO, c128_rows, check_c128_store_values
 
     cache = a["kv_cache" if "kv_cache" in a else "k_cache"]
     idx = check_c128_store_values(op, a["positions"], a["slot_mapping"], a["kv_slot_mapping"],
@@ -780,5 +780,5 @@ def _chain_written(op: str, k7: dict[str, Any], a: dict[str, Any], terms: bool) 
     k, s = _windows(k7, idx)
     w, eps, cs = a["rms_norm_weight"], a["rms_norm_eps"], a["cos_sin_cache"]
     m = term_magnitudes(k, s, w, eps, cs[compressed_position(a["positions"][idx], RATIO)])
-    y = c128_rows(op, a["compressed_kv"], a["positions"], w, eps, cs, idx)
+    y = c128_rows(op, OPERANDS[op](**a), eps, idx)
     return idx, (m.cpu(), y.cpu())

@@ -40,11 +40,9 @@ from dsv4kit.kernels.c128_compress.cutedsl import (  # noqa: E402
 )
 from dsv4kit.kernels.c128_compress.reference import (  # noqa: E402
     c128_compress_reference,
-    check_c128_compress_inputs,
-    check_c128_store_inputs,
 )
-from dsv4kit.kernels.c128_compress.spec import NormStoreOperands, state_operands  # noqa: E402
-from dsv4kit.kernels.encoders.spec import E1, E2, E3, cache_operands, key_encoder  # noqa: E402
+from dsv4kit.kernels.compressor.cases import assert_args_match_fakes  # noqa: E402
+from dsv4kit.kernels.encoders.spec import E1, E2, E3, key_encoder  # noqa: E402
 from dsv4kit.platform import cpu_platform  # noqa: E402
 
 K7, K8A, K8B = "c128_compress", "c128_norm_rope_store_ds_mla", "c128_norm_rope_store_plain"
@@ -238,13 +236,10 @@ def _k7_model(case, slices: int | None = None, pool: bool = True) -> tuple[torch
     their sum in warp order, one division. ``torch.exp`` stands in for exp_f32 (within 2 ulp
     and the rounding of ``x log2 e``). Returns ``out`` and how often each (token, chunk) was
     pooled (``pool=False``: only that)."""
-    a = case.args
-    t = check_c128_compress_inputs(K7, a["state_cache"], a["token_to_req"], a["positions"], a["slot_mapping"],
-                                   a["block_table"], a["out"])
-    ops = state_operands(K7, a["state_cache"], a["block_table"], t)
-    (state, req, pos, slot, bt, out, block_stride, bt_stride, s_arg) = C128CompressCuTeDSL(
-        cpu_platform("sm_90a")).launch_args(None, a["token_to_req"], a["positions"], a["slot_mapping"],
-                                             a["block_table"], a["out"].clone(), ops, t)
+    k = C128CompressCuTeDSL(cpu_platform("sm_90a"))
+    key, ops, run = k.prepare(**{**case.args, "out": case.args["out"].clone()})
+    t = run.t
+    (state, req, pos, slot, bt, out, block_stride, bt_stride, s_arg) = k.launch_args(key, ops, run)
     slices = s_arg if slices is None else slices
     groups = -(-t // c128.GROUP)
     seen: Counter = Counter()
@@ -331,33 +326,14 @@ def test_k8_warps_cover_every_token_once() -> None:
 
 # --------------------------------------------------------------------------- runtime arguments
 
-_DTYPES = {torch.float32: "Float32", torch.int32: "Int32", torch.int64: "Int64", torch.uint8: "Uint8",
-           torch.bfloat16: "BFloat16"}
-
-
-def _check_against_fakes(args, fakes, n_const: int) -> None:
-    assert len(args) == len(fakes) - 1 - n_const                  # minus the stream and the constexprs
-    for arg, fake in zip(args, fakes, strict=False):
-        if isinstance(arg, torch.Tensor):
-            assert arg.dim() == 1 and arg.stride() == (1,) and len(fake.shape) == 1
-            assert _DTYPES[arg.dtype] == str(fake.element_type)
-            if isinstance(fake.shape[0], int):
-                assert arg.shape[0] == fake.shape[0]
-        else:
-            assert isinstance(arg, int | float) and not isinstance(fake, torch.Tensor)
-
-
 def test_k7_launch_args_match_the_fakes() -> None:
     k = C128CompressCuTeDSL(cpu_platform("sm_90a"))
     case = make_k7_case(lens=(200, 9), starts=(100, 0))
     a = case.args
-    t = check_c128_compress_inputs(K7, a["state_cache"], a["token_to_req"], a["positions"], a["slot_mapping"],
-                                   a["block_table"], a["out"])
-    ops = state_operands(K7, a["state_cache"], a["block_table"], t)
-    key = k.dispatch(state_cache=a["state_cache"])
-    args = k.launch_args(key, a["token_to_req"], a["positions"], a["slot_mapping"], a["block_table"],
-                         a["out"], ops, t)
-    _check_against_fakes(args, k.warmup_inputs(key), 0)
+    key, rec, ops = k.prepare(**a)
+    t = ops.t
+    args = k.launch_args(key, rec, ops)
+    assert_args_match_fakes(args, k.warmup_inputs(key), 0)
     state, req, pos, slot, bt, out, bstride, bt_stride, slices = args
     sc = a["state_cache"]
     assert state is ops.state and state.data_ptr() % 16 == 0 and bstride == sc.stride(0) and bstride % 2 == 0
@@ -378,17 +354,11 @@ def test_k8_launch_args_match_the_fakes(op: str, fmt: dict, norm: torch.dtype) -
     case = make_k8_case(op, t=33, boundaries=3, kv_bs=2, norm_dtype=norm, **fmt)
     a = case.args
     cache = case.output
-    t, eps = check_c128_store_inputs(op, op, a["compressed_kv"], a["positions"], a["slot_mapping"],
-                                     a["kv_slot_mapping"], a["rms_norm_weight"], a["rms_norm_eps"],
-                                     a["cos_sin_cache"], cache, a.get("fp8_scale"))
-    ops = NormStoreOperands(eps, cache_operands(cache, a.get("fp8_scale"), a["compressed_kv"]))
-    cache_arg = "k_cache" if op == K8A else "kv_cache"
-    key = k.dispatch(rms_norm_weight=a["rms_norm_weight"], cos_sin_cache=a["cos_sin_cache"],
-                     **{cache_arg: cache})
-    args = k.launch_args(key, a["compressed_kv"], a["positions"], a["slot_mapping"], a["kv_slot_mapping"],
-                         a["rms_norm_weight"], a["cos_sin_cache"], ops, t)
+    key, rec, ops = k.prepare(**a)
+    t, eps = ops.t, ops.eps
+    args = k.launch_args(key, rec, ops)
     fakes = k.warmup_inputs(key)
-    _check_against_fakes(args, fakes, 3)
+    assert_args_match_fakes(args, fakes, 3)
     geom = (key.kv_cache_block_size, key.kv_block_stride) if op == K8A else (0, 0)
     assert fakes[-3:] == (key_encoder(key), *geom)
     kv, pos, slot, kvs, nw, cs, cbytes, scale, eps_arg, kv_bs, page_stride, tpw = args
@@ -416,9 +386,7 @@ def test_single_token_views_are_made_unit_stride() -> None:
     for name in ("positions", "slot_mapping", "token_to_req"):
         a[name] = torch.stack([a[name], a[name]], dim=1)[:, 1]
         assert a[name].stride(0) == 2
-    ops = state_operands(K7, a["state_cache"], a["block_table"], 1)
-    args = k.launch_args(None, a["token_to_req"], a["positions"], a["slot_mapping"], a["block_table"],
-                         a["out"], ops, 1)
+    args = k.launch_args(*k.prepare(**a))
     for i, name in ((1, "token_to_req"), (2, "positions"), (3, "slot_mapping")):
         assert args[i].stride() == (1,) and args[i].numel() == 1 and int(args[i][0]) == int(a[name][0])
 

@@ -384,7 +384,8 @@ def _k5_scale_bytes(case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     from dsv4kit.formats.bits import bf16_round
     from dsv4kit.formats.ds_mla import read_ds_entries
     from dsv4kit.formats.fp8 import q8_exponent
-    from dsv4kit.kernels.c4_compress.reference import c4_rows, check_c4_values
+    from dsv4kit.kernels.c4_compress.reference import OPERANDS, c4_rows
+    from dsv4kit.kernels.compressor.reference import check_values
     from dsv4kit.testing import boundary_blocks
 
     a = case.args
@@ -392,10 +393,9 @@ def _k5_scale_bytes(case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     got = case.fresh()
     with JitMonitor("error"):
         SPECS[case.op].op(**got.args, backend="triton", platform=P)
-    idx = check_c4_values("k5", a["state_cache"], a["token_to_req"], a["positions"], a["slot_mapping"],
-                          a["block_table"], a["cos_sin_cache"], a["k_cache"], a["kv_slot_mapping"], 512)
-    y = c4_rows("k5", a["state_cache"], a["token_to_req"], a["positions"], a["block_table"],
-                a["rms_norm_weight"], a["rms_norm_eps"], a["cos_sin_cache"], idx, 512)
+    ops = OPERANDS[case.op](**a)
+    idx = check_values("k5", ops, 4, True, 512)
+    y = c4_rows("k5", ops, a["rms_norm_eps"], idx)
     raw = y[:, :448].abs().reshape(-1, 7, 64).amax(-1)
     entry, _ = read_ds_entries(got.cache, a["kv_slot_mapping"][idx])
     return entry.scales.long(), bf16_round(raw), boundary_blocks(raw, q8_exponent)

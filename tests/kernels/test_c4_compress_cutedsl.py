@@ -31,8 +31,7 @@ from dsv4kit.kernels.c4_compress.cutedsl import (  # noqa: E402
     C4CompressPlainCuTeDSL,
     IndexerCompressCuTeDSL,
 )
-from dsv4kit.kernels.c4_compress.reference import check_c4_inputs  # noqa: E402
-from dsv4kit.kernels.c4_compress.spec import compress_operands  # noqa: E402
+from dsv4kit.kernels.compressor.cases import assert_args_match_fakes  # noqa: E402
 from dsv4kit.kernels.encoders.spec import E1, E2, E3, E4, E5, key_encoder  # noqa: E402
 from dsv4kit.platform import cpu_platform  # noqa: E402
 
@@ -247,32 +246,12 @@ def test_mapping_constants() -> None:
 # --------------------------------------------------------------------------- runtime arguments
 
 
-def _operands(case):
-    a = case.args
-    op = case.op
-    t, eps = check_c4_inputs(op, op, a["state_cache"], a["token_to_req"], a["positions"], a["slot_mapping"],
-                             a["block_table"], a["state_block_size"], a["rms_norm_weight"], a["rms_norm_eps"],
-                             a["cos_sin_cache"], case.cache, a["kv_slot_mapping"], a.get("fp8_scale"),
-                             a.get("use_fp4_cache"))
-    ops = compress_operands(op, a["state_cache"], a["block_table"], case.cache, a.get("fp8_scale"), eps, t)
-    return t, ops
+def _launch(k, case, t=None):
+    """``(launch_args, LaunchOperands)`` of ``case`` as the call builds them (``t``: another T)."""
+    key, ops, run = k.prepare(**case.args)
+    return k.launch_args(key, ops, run if t is None else run._replace(t=t)), run
 
 
-def _key(k, case):
-    a = case.args
-    kw = {n: a[n] for n in ("rms_norm_weight", "state_cache", "cos_sin_cache")}
-    if case.op == "c4_compress_plain":
-        kw["kv_cache"] = case.cache
-    if case.op == "indexer_compress":
-        kw["use_fp4_cache"] = a["use_fp4_cache"]
-    return k.dispatch(**kw)
-
-
-#: launch_args' tensor arguments besides the operands, in order.
-_PER_CALL = ("token_to_req", "positions", "slot_mapping", "block_table", "rms_norm_weight", "cos_sin_cache",
-             "kv_slot_mapping")
-_DTYPES = {torch.float32: "Float32", torch.int32: "Int32", torch.int64: "Int64", torch.uint8: "Uint8",
-           torch.bfloat16: "BFloat16"}
 
 
 @pytest.mark.parametrize(("op", "fmt"), [("c4_compress_ds_mla", {}), ("c4_compress_plain", {}),
@@ -286,20 +265,12 @@ def test_launch_args_match_the_fakes(op: str, fmt: dict, norm: torch.dtype) -> N
     k = CLASSES[op](cpu_platform("sm_90a"))
     case = make_case(op, lens=(9, 5, 3), starts=(3, 1001, 0), sbs=16, kv_bs=2, norm_dtype=norm, **fmt)
     a = case.args
-    key = _key(k, case)
-    t, ops = _operands(case)
-    args = k.launch_args(key, *(a[n] for n in _PER_CALL), ops, t)
+    key = k.prepare(**a)[0]
+    args, ops = _launch(k, case)
+    t = ops.t
     fakes = k.warmup_inputs(key)
-    assert len(args) == len(fakes) - 3                      # minus the stream and the two constexprs
+    assert_args_match_fakes(args, fakes, 2)
     assert fakes[-2:] == (key.head_size, key_encoder(key))
-    for arg, fake in zip(args, fakes, strict=False):
-        if isinstance(arg, torch.Tensor):
-            assert arg.dim() == 1 and arg.stride() == (1,) and len(fake.shape) == 1
-            assert _DTYPES[arg.dtype] == str(fake.element_type)
-            if isinstance(fake.shape[0], int):
-                assert arg.shape[0] == fake.shape[0]
-        else:
-            assert isinstance(arg, int | float) and not isinstance(fake, torch.Tensor)
     (state, req, pos, slot, bt, nw, cs, kvs, cache, scale, sbs, bstride, bt_stride, eps, kv_bs,
      page_stride, per_token) = args
     assert per_token == 1 and c4_cute.cta_per_token(t)          # a decode-size case
@@ -324,7 +295,7 @@ def test_launch_args_match_the_fakes(op: str, fmt: dict, norm: torch.dtype) -> N
     assert scale.data_ptr() == (fp8 if fp8 is not None else sc).data_ptr()
     assert eps == ops.eps and isinstance(eps, float)
     big = c4_cute.CTA_PER_TOKEN_UP_TO + 1                     # the same call at a prefill T
-    assert k.launch_args(key, *(a[n] for n in _PER_CALL), ops, big)[-1] == 0
+    assert _launch(k, case, big)[0][-1] == 0
 
 
 def test_single_token_views_are_made_unit_stride() -> None:
@@ -337,8 +308,7 @@ def test_single_token_views_are_made_unit_stride() -> None:
         wide = torch.stack([a[name], a[name]], dim=1)         # [1, 2]
         a[name] = wide[:, 1]                                  # [1], stride 2
         assert a[name].stride(0) == 2 and a[name].dtype == dtype
-    t, ops = _operands(type(case)(case.op, a, case.label))
-    args = k.launch_args(_key(k, case), *(a[n] for n in _PER_CALL), ops, t)
+    args, _ = _launch(k, type(case)(case.op, a, case.label))
     for i, name in ((1, "token_to_req"), (2, "positions"), (3, "slot_mapping"), (7, "kv_slot_mapping")):
         assert args[i].stride() == (1,) and args[i].numel() == 1 and int(args[i][0]) == int(a[name][0])
 
@@ -353,9 +323,8 @@ def test_block_stride_not_a_multiple_of_4_is_passed_as_is() -> None:
     odd = buf.as_strided(sc.shape, (sbs * row + 3, row, 1))
     odd.copy_(sc)
     case.args["state_cache"] = odd
-    t, ops = _operands(case)
+    args, ops = _launch(k, case)
     assert ops.block_stride % 4 == 3
-    args = k.launch_args(_key(k, case), *(case.args[n] for n in _PER_CALL), ops, t)
     assert args[11] == sbs * row + 3 and args[0].data_ptr() == odd.data_ptr()
 
 

@@ -53,6 +53,11 @@ class Scenario:
     kv_slots: torch.Tensor
     sbs: int
 
+    def c4_args(self, sbs: int, w: torch.Tensor) -> tuple:
+        """A C4 op's arguments before its cache (``state_cache`` .. ``cos_sin_cache``), positionally."""
+        return (self.state, self.token_to_req, self.positions, self.slot_mapping, self.block_table, sbs, w,
+                EPS, CS)
+
 
 def make_scenario(
     ratio: int, head: int, sbs: int, lens: list[int], seed: int, kv_capacity: int, regime: str = "normal"
@@ -99,19 +104,16 @@ def make_scenario(
 
 
 def pool64(sc: Scenario, r: int, p: int, ratio: int, head: int) -> torch.Tensor:
+    """pool() of §2.8 for request row ``r`` at position ``p``, in float64: window rows ``p - w + 1 .. p``
+    present (>= 0); under overlap (C4) the older half reads the state's first head, the newer its second."""
     overlap = ratio == 4
     w = 2 * ratio if overlap else ratio
     sw = sc.state.shape[2] // 2
-    ks, ss = [], []
-    for j in range(w):
-        q = p - w + 1 + j
-        if q < 0:
-            continue
-        h = (1 if j >= ratio else 0) if overlap else 0
-        row = sc.state[sc.block_table[r, q // sc.sbs], q % sc.sbs].double()
-        ks.append(row[h * head : h * head + head])
-        ss.append(row[sw + h * head : sw + h * head + head])
-    k, s = torch.stack(ks), torch.stack(ss)
+    window = [(j, p - w + 1 + j) for j in range(w) if p - w + 1 + j >= 0]
+    rows = [sc.state[sc.block_table[r, q // sc.sbs], q % sc.sbs].double() for _, q in window]
+    lo = [head if overlap and j >= ratio else 0 for j, _ in window]
+    k = torch.stack([row[o : o + head] for row, o in zip(rows, lo, strict=True)])
+    s = torch.stack([row[sw + o : sw + o + head] for row, o in zip(rows, lo, strict=True)])
     wts = torch.exp(s - s.max(0).values)
     return (wts / wts.sum(0) * k).sum(0)
 
@@ -231,19 +233,7 @@ def test_k5_matches_float64_loop(sbs: int, kv_bs: int, stride: int | None, w_dty
     sc = make_scenario(4, 512, sbs, lens, seed=sbs + kv_bs, kv_capacity=pages * kv_bs)
     w = (1 + 0.1 * torch.randn(512, generator=torch.Generator().manual_seed(sbs))).to(w_dtype)
     cache = allocate_ds_cache(pages, kv_bs, page_stride=stride, fill=SENT)
-    c4_compress_ds_mla_reference(
-        sc.state,
-        sc.token_to_req,
-        sc.positions,
-        sc.slot_mapping,
-        sc.block_table,
-        sbs,
-        w,
-        EPS,
-        CS,
-        cache,
-        sc.kv_slots,
-    )
+    c4_compress_ds_mla_reference(*sc.c4_args(sbs, w), cache, sc.kv_slots)
     want = expected_rows(sc, 4, 512, w)
     assert len(want) >= 4  # includes p = 3 (half window) tokens unless padded
     assert_ds_rows_close(cache, want, expected_allowances(sc, 4, 512, w))
@@ -255,19 +245,7 @@ def test_k5_regimes(regime: str) -> None:
     sc = make_scenario(4, 512, 4, [12], seed=3, kv_capacity=8, regime=regime)
     w = torch.ones(512, dtype=torch.bfloat16)
     cache = allocate_ds_cache(2, 4, fill=SENT)
-    c4_compress_ds_mla_reference(
-        sc.state,
-        sc.token_to_req,
-        sc.positions,
-        sc.slot_mapping,
-        sc.block_table,
-        4,
-        w,
-        EPS,
-        CS,
-        cache,
-        sc.kv_slots,
-    )
+    c4_compress_ds_mla_reference(*sc.c4_args(4, w), cache, sc.kv_slots)
     want = expected_rows(sc, 4, 512, w)
     if regime == "zero":
         entry, pad = read_ds_entries(cache, torch.tensor(sorted(want)))
@@ -287,20 +265,7 @@ def test_k6_matches_float64_loop(dtype: torch.dtype, scale: float | None) -> Non
     w = (1 + 0.1 * torch.randn(512, generator=torch.Generator().manual_seed(6))).bfloat16()
     cache = allocate_plain_cache(3, 4, dtype, page_stride=4 * 512 + 64, fill_byte=SENT)
     fs = None if scale is None else torch.tensor([scale])
-    c4_compress_plain_reference(
-        sc.state,
-        sc.token_to_req,
-        sc.positions,
-        sc.slot_mapping,
-        sc.block_table,
-        4,
-        w,
-        EPS,
-        CS,
-        cache,
-        sc.kv_slots,
-        fs,
-    )
+    c4_compress_plain_reference(*sc.c4_args(4, w), cache, sc.kv_slots, fs)
     want = expected_rows(sc, 4, 512, w)
     assert_plain_close(cache, want, fs, expected_allowances(sc, 4, 512, w))
     untouched_except(
@@ -396,20 +361,7 @@ def test_k9_matches_float64_loop(use_fp4: bool, sbs: int, kv_bs: int, stride: in
     sc = make_scenario(4, 128, sbs, [19, 12], seed=9, kv_capacity=kv_bs * pages)
     w = (1 + 0.1 * torch.randn(128, generator=torch.Generator().manual_seed(sbs))).bfloat16()
     cache = allocate_indexer_cache(pages, kv_bs, page_stride=stride, fill=SENT)
-    indexer_compress_reference(
-        sc.state,
-        sc.token_to_req,
-        sc.positions,
-        sc.slot_mapping,
-        sc.block_table,
-        sbs,
-        w,
-        EPS,
-        CS,
-        cache,
-        sc.kv_slots,
-        use_fp4,
-    )
+    indexer_compress_reference(*sc.c4_args(sbs, w), cache, sc.kv_slots, use_fp4)
     want = expected_rows(sc, 4, 128, w)
     slots = torch.tensor(sorted(want))
     dec = decode_indexer_rows(cache, slots, use_fp4).double()

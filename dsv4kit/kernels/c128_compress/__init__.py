@@ -5,24 +5,14 @@
 norm-RoPE core per backend and the store hooks' encoders.
 """
 
-from dsv4kit.kernels.c128_compress.reference import (
-    c128_compress_reference,
-    c128_norm_rope_store_ds_mla_reference,
-    c128_norm_rope_store_plain_reference,
-)
+from dsv4kit.family import DEFAULT_VARIANT
 from dsv4kit.kernels.c128_compress.spec import SPECS, C128CompressConfig
 
-c128_compress = SPECS["c128_compress"].op
-c128_norm_rope_store_ds_mla = SPECS["c128_norm_rope_store_ds_mla"].op
-c128_norm_rope_store_plain = SPECS["c128_norm_rope_store_plain"].op
+c128_compress, c128_norm_rope_store_ds_mla, c128_norm_rope_store_plain = (spec.op for spec in SPECS.values())
+c128_compress_reference, c128_norm_rope_store_ds_mla_reference, c128_norm_rope_store_plain_reference = (
+    spec.variants[DEFAULT_VARIANT].reference for spec in SPECS.values()
+)
 
-__all__ = [
-    "SPECS",
-    "C128CompressConfig",
-    "c128_compress",
-    "c128_compress_reference",
-    "c128_norm_rope_store_ds_mla",
-    "c128_norm_rope_store_ds_mla_reference",
-    "c128_norm_rope_store_plain",
-    "c128_norm_rope_store_plain_reference",
-]
+__all__ = ["SPECS", "C128CompressConfig", "c128_compress", "c128_compress_reference",
+           "c128_norm_rope_store_ds_mla", "c128_norm_rope_store_ds_mla_reference",
+           "c128_norm_rope_store_plain", "c128_norm_rope_store_plain_reference"]

@@ -14,63 +14,33 @@ the GPU script use the same cases.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
-from dsv4kit.formats.ds_mla import allocate_ds_cache, ds_min_page_stride
-from dsv4kit.formats.plain_row import allocate_plain_cache
+from dsv4kit.formats.ds_mla import ds_min_page_stride
 from dsv4kit.formats.rope import compressed_position
-from dsv4kit.formats.state_cache import allocate_state_cache, window_rows
+from dsv4kit.formats.state_cache import window_rows
 from dsv4kit.kernels.c128_compress.reference import (
     CACHE_ARG,
+    OPERANDS,
     RATIO,
     STATE_BLOCK_SIZE,
     STORE_OPS,
     c128_compress_reference,
     c128_rows,
-    check_c128_compress_values,
-    check_c128_store_values,
 )
+from dsv4kit.kernels.compressor.cases import CompressorCase, boundary_kv_slots, requests, sentinel_cache
+from dsv4kit.kernels.compressor.reference import check_values
+from dsv4kit.testing import compressor_data as data
 from dsv4kit.testing.cache_judge import Verdict, cpu_copy, judge_entries
-from dsv4kit.testing.compressor_data import (
-    EPS,
-    KV_REGIMES,
-    LAST_POSITION,
-    SCORE_REGIMES,
-    SENTINEL,
-    SMALL_MAX_POS,
-    TEST_TOKENS,
-    cos_sin,
-    kv_values,
-    norm_weight,
-    request_regime,
-    scores,
-    split_lens,
-)
+from dsv4kit.testing.compressor_data import KV_REGIMES, LAST_POSITION, SCORE_REGIMES, SENTINEL, TEST_TOKENS
 from dsv4kit.testing.compressor_rule import Fp32Report, check_fp32_rule, rope_magnitudes, term_magnitudes
 
-__all__ = [
-    "KV_REGIMES",
-    "LAST_POSITION",
-    "OPS",
-    "SCORE_REGIMES",
-    "SENTINEL",
-    "TEST_TOKENS",
-    "C128Case",
-    "ChainCase",
-    "K7Verdict",
-    "Verdict",
-    "cpu_copy",
-    "judge_chain",
-    "judge_k7",
-    "judge_store",
-    "make_chain_case",
-    "make_k7_case",
-    "make_k8_case",
-    "random_case",
-]
+__all__ = ["KV_REGIMES", "LAST_POSITION", "OPS", "SCORE_REGIMES", "SENTINEL", "TEST_TOKENS", "C128Case",
+           "ChainCase", "K7Verdict", "Verdict", "cpu_copy", "judge_chain", "judge_k7", "judge_store",
+           "make_chain_case", "make_k7_case", "make_k8_case", "random_case"]
 
 OPS = ("c128_compress", *STORE_OPS)
 _D = 512
@@ -83,40 +53,11 @@ def _sentinel_like(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-@dataclass
-class C128Case:
+class C128Case(CompressorCase):
     """One call of ``op``: ``args`` are the op's arguments (K7: ``out``; K8: the cache,
     sentinel-filled)."""
 
-    op: str
-    args: dict[str, Any]
-    label: str = ""
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def output_arg(self) -> str:
-        """The argument the op writes: ``out`` (K7), ``k_cache`` (K8a) or ``kv_cache`` (K8b)."""
-        return "out" if self.op == "c128_compress" else CACHE_ARG[self.op]
-
-    @property
-    def output(self) -> torch.Tensor:
-        return self.args[self.output_arg]
-
-    def fresh(self, device: torch.device | str | None = None) -> C128Case:
-        """A copy whose output is a new sentinel-filled buffer (same strides), on ``device``."""
-        dev = torch.device(device) if device is not None else self.output.device
-        args = {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in self.args.items()}
-        for name in (self.output_arg, "state_cache"):
-            if name in self.args:
-                args[name] = _clone_strided(self.args[name], dev)
-        return replace(self, args=args)
-
-
-def _clone_strided(x: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``x`` copied with its strides and storage offset (the bytes around it too), on ``device``."""
-    full = x.as_strided((x.untyped_storage().nbytes() // x.element_size(),), (1,), 0)
-    raw = full.view(torch.uint8).to(device, copy=True)
-    return raw.view(x.dtype).as_strided(x.shape, x.stride(), x.storage_offset())
+    OPERANDS = OPERANDS
 
 
 # --------------------------------------------------------------------------- K7 cases
@@ -139,36 +80,13 @@ def make_k7_case(
     row: kernels must use the real block stride). Tokens are interleaved across requests.
     """
     g = torch.Generator().manual_seed(seed)
-    sbs, sw = STATE_BLOCK_SIZE, _D
     starts = tuple(starts) if starts is not None else tuple(0 for _ in lens)
     first = [(s // RATIO) * RATIO for s in starts]
-    top = max(s + n for s, n in zip(starts, lens, strict=True))
-    cols = -(-top // sbs)
-    need = [sorted({q // sbs for q in range(f, s + n)}) for f, s, n in zip(first, starts, lens, strict=True)]
-    nsb = sum(len(c) for c in need) + 1
-    state = allocate_state_cache(nsb, sbs, sw, block_stride=sbs * 2 * sw + 4, fill=float("nan"))
-    perm = torch.randperm(nsb, generator=g).to(torch.int32)
-    bt = torch.full((len(lens), cols), -1, dtype=torch.int32)
-    used = 0
-    for r, c in enumerate(need):
-        bt[r, c] = perm[used : used + len(c)]
-        used += len(c)
-    for r, (f, s, n) in enumerate(zip(first, starts, lens, strict=True)):
-        q = torch.arange(f, s + n)
-        kv = kv_values((len(q), sw), request_regime(kv_regime, r), g)
-        state[bt[r, q // sbs].long(), q % sbs] = torch.cat((kv, scores((len(q), sw), score_regime, g)), dim=1)
-    req = torch.cat([torch.full((n,), r, dtype=torch.int32) for r, n in enumerate(lens)])
-    pos = torch.cat([torch.arange(s, s + n) for s, n in zip(starts, lens, strict=True)])
-    order = torch.randperm(len(pos), generator=g)
-    req, pos = req[order].contiguous(), pos[order].contiguous()
-    t = len(pos)
-    slot = (bt[req.long(), (pos // sbs)].long() * sbs + pos % sbs).contiguous()
-    if padding and t > 2:
-        slot[torch.randperm(t, generator=g)[: max(1, t // 6)]] = -1
+    r = requests(lens, starts, first, STATE_BLOCK_SIZE, _D, kv_regime, score_regime, padding, g)
+    t = len(r.positions)
     out = _sentinel_like(torch.empty((t + extra_rows, _D), dtype=torch.float32))
-    args = dict(
-        state_cache=state, token_to_req=req, positions=pos, slot_mapping=slot, block_table=bt, out=out
-    )
+    args = dict(state_cache=r.state, token_to_req=r.token_to_req, positions=r.positions,
+                slot_mapping=r.slot_mapping, block_table=r.block_table, out=out)
     label = f"c128_compress T={t} lens={lens} starts={starts} kv={kv_regime} s={score_regime}"
     return C128Case("c128_compress", args, label, dict(kv_regime=kv_regime, score_regime=score_regime))
 
@@ -204,22 +122,12 @@ class K7Verdict:
 
 
 def _k7_rows(case: C128Case) -> torch.Tensor:
-    a = case.args
-    return check_c128_compress_values(
-        case.op, a["state_cache"], a["token_to_req"], a["positions"], a["slot_mapping"], a["block_table"]
-    )
+    return check_values(case.op, case.ops, RATIO, False, _D)
 
 
 def _windows(args: dict[str, Any], idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    k, s, _ = window_rows(
-        args["state_cache"],
-        args["block_table"],
-        args["token_to_req"][idx].long(),
-        args["positions"][idx],
-        RATIO,
-        False,
-        _D,
-    )
+    req, pos = args["token_to_req"][idx].long(), args["positions"][idx]
+    k, s, _ = window_rows(args["state_cache"], args["block_table"], req, pos, RATIO, False, _D)
     return k, s
 
 
@@ -248,13 +156,6 @@ def _k8_positions(t: int, boundaries: int, g: torch.Generator) -> torch.Tensor:
     return pos[torch.randperm(t, generator=g)].contiguous()
 
 
-def _cache(op: str, pages: int, kv_bs: int, page_stride: int | None, fp8_scale: float | None) -> torch.Tensor:
-    if op == "c128_norm_rope_store_ds_mla":
-        return allocate_ds_cache(pages, kv_bs, page_stride=page_stride, fill=SENTINEL)
-    dtype = torch.bfloat16 if fp8_scale is None else torch.float8_e4m3fn
-    return allocate_plain_cache(pages, kv_bs, dtype, page_stride=page_stride, fill_byte=SENTINEL)
-
-
 def _store_args(
     op: str,
     positions: torch.Tensor,
@@ -269,23 +170,17 @@ def _store_args(
 ) -> dict[str, Any]:
     """K8's arguments besides ``compressed_kv``: kv slots of the boundary tokens, cache, weights."""
     t = len(positions)
-    boundary = ((positions + 1) % RATIO == 0) & (slot >= 0)
-    nb = int(boundary.sum())
-    pages = max(1, -(-(nb + 3) // kv_bs))
-    kv_slots = torch.full((t,), -1, dtype=torch.int64)
-    kv_slots[boundary] = torch.randperm(pages * kv_bs, generator=g)[:nb]
-    if padding and nb > 2:
-        kv_slots[torch.nonzero(boundary).flatten()[0]] = -1
+    kv_slots, pages = boundary_kv_slots(((positions + 1) % RATIO == 0) & (slot >= 0), kv_bs, padding, g)
     top = int(positions.max()) + 1 if t else 1
     args: dict[str, Any] = dict(
         positions=positions,
         slot_mapping=slot,
         kv_slot_mapping=kv_slots,
-        rms_norm_weight=norm_weight(_D, norm_dtype, kv_regime, g),
-        rms_norm_eps=EPS,
-        cos_sin_cache=cos_sin(SMALL_MAX_POS if top <= SMALL_MAX_POS else LAST_POSITION + 1),
+        rms_norm_weight=data.norm_weight(_D, norm_dtype, kv_regime, g),
+        rms_norm_eps=data.EPS,
+        cos_sin_cache=data.cos_sin(data.SMALL_MAX_POS if top <= data.SMALL_MAX_POS else LAST_POSITION + 1),
     )
-    args[CACHE_ARG[op]] = _cache(op, pages, kv_bs, page_stride, fp8_scale)
+    args[CACHE_ARG[op]] = sentinel_cache(_kind(op), pages, kv_bs, page_stride, fp8_scale)
     if op == "c128_norm_rope_store_plain":
         args["fp8_scale"] = None if fp8_scale is None else torch.tensor([fp8_scale], dtype=torch.float32)
     return args
@@ -321,7 +216,7 @@ def make_k8_case(
     g = torch.Generator().manual_seed(seed)
     boundaries = min(boundaries, t)
     positions = _k8_positions(t, boundaries, g)
-    rows = [kv_values((1, _D), request_regime(kv_regime, i), g) for i in range(t)]
+    rows = [data.kv_values((1, _D), data.request_regime(kv_regime, i), g) for i in range(t)]
     ckv = torch.cat(rows).contiguous() if rows else torch.empty((0, _D))
     slot = torch.arange(t, dtype=torch.int64)
     if padding and t > 2:
@@ -334,17 +229,12 @@ def make_k8_case(
     return C128Case(op, args, label + f" kv={kv_regime}", dict(kv_regime=kv_regime))
 
 
+def _kind(op: str) -> str:
+    return "ds" if op == "c128_norm_rope_store_ds_mla" else "plain"
+
+
 def _store_selection(case: C128Case) -> torch.Tensor:
-    a = case.args
-    return check_c128_store_values(
-        case.op,
-        a["positions"],
-        a["slot_mapping"],
-        a["kv_slot_mapping"],
-        a["cos_sin_cache"],
-        case.output,
-        a.get("fp8_scale"),
-    )
+    return check_values(case.op, case.ops, RATIO, False, _D)
 
 
 def _judge_cache(
@@ -356,9 +246,8 @@ def _judge_cache(
     y: torch.Tensor | None,
 ) -> Verdict:
     a = case.args
-    kind = "ds" if case.op == "c128_norm_rope_store_ds_mla" else "plain"
     return judge_entries(
-        case.label, kind, got, want, a["kv_slot_mapping"][idx], m, y, fp8_scale=a.get("fp8_scale")
+        case.label, _kind(case.op), got, want, a["kv_slot_mapping"][idx], m, y, fp8_scale=a.get("fp8_scale")
     )
 
 
@@ -379,7 +268,9 @@ def judge_store(case: C128Case, got: torch.Tensor, want: torch.Tensor) -> Verdic
     n = _rr(ckv, a["rms_norm_eps"]) * w.to(torch.float64).abs() * ckv.to(torch.float64).abs()
     cs = a["cos_sin_cache"].cpu()[compressed_position(p, RATIO)]
     m = rope_magnitudes(n, cs)
-    y = c128_rows(case.op, ckv, p, w, a["rms_norm_eps"], a["cos_sin_cache"].cpu(), torch.arange(len(idx)))
+    on_cpu = case.ops._replace(compressed_kv=ckv, positions=p, rms_norm_weight=w,
+                               cos_sin_cache=a["cos_sin_cache"].cpu())
+    y = c128_rows(case.op, on_cpu, a["rms_norm_eps"], torch.arange(len(idx)))
     return _judge_cache(case, got, want, idx, m, y)
 
 
@@ -402,38 +293,18 @@ class ChainCase:
         return ChainCase(self.k7.fresh(device), self.store.fresh(device))
 
 
-def make_chain_case(
-    op: str,
-    *,
-    lens: tuple[int, ...] = (130, 7),
-    starts: tuple[int, ...] | None = None,
-    kv_bs: int = 2,
-    page_stride: int | None = None,
-    norm_dtype: torch.dtype = torch.bfloat16,
-    kv_regime: str = "normal",
-    score_regime: str = "normal",
-    fp8_scale: float | None = None,
-    padding: bool = True,
-    seed: int = 0,
-) -> ChainCase:
+def make_chain_case(op: str, *, lens: tuple[int, ...] = (130, 7), starts: tuple[int, ...] | None = None,
+                    kv_bs: int = 2, page_stride: int | None = None, norm_dtype: torch.dtype = torch.bfloat16,
+                    kv_regime: str = "normal", score_regime: str = "normal", fp8_scale: float | None = None,
+                    padding: bool = True, seed: int = 0) -> ChainCase:
     """K7 over :func:`make_k7_case`'s tokens, then K8 ``op`` on the same positions and slots."""
     k7 = make_k7_case(
         lens=lens, starts=starts, kv_regime=kv_regime, score_regime=score_regime, padding=padding, seed=seed
     )
     g = torch.Generator().manual_seed(seed + 7919)
     a = k7.args
-    args = _store_args(
-        op,
-        a["positions"],
-        a["slot_mapping"],
-        kv_bs,
-        page_stride,
-        norm_dtype,
-        kv_regime,
-        fp8_scale,
-        padding,
-        g,
-    )
+    args = _store_args(op, a["positions"], a["slot_mapping"], kv_bs, page_stride, norm_dtype, kv_regime,
+                       fp8_scale, padding, g)
     t = len(a["positions"])
     store = C128Case(
         op,
@@ -458,10 +329,10 @@ def judge_chain(case: ChainCase, got: torch.Tensor, want: torch.Tensor) -> Verdi
     w, eps = s["rms_norm_weight"].cpu(), s["rms_norm_eps"]
     cs = s["cos_sin_cache"].cpu()
     m = term_magnitudes(k, sc, w, eps, cs[compressed_position(p, RATIO)])
-    ckv = c128_compress_reference(
-        k7["state_cache"], k7["token_to_req"], k7["positions"], k7["slot_mapping"], k7["block_table"]
-    )
-    y = c128_rows(case.store.op, ckv, k7["positions"], w, eps, cs, idx)
+    ckv = c128_compress_reference(**{**k7, "out": None})
+    rows = case.store.ops._replace(compressed_kv=ckv, positions=k7["positions"], rms_norm_weight=w,
+                                   cos_sin_cache=cs)
+    y = c128_rows(case.store.op, rows, eps, idx)
     return _judge_cache(replace(case.store, label=case.label), got, want, idx, m, y)
 
 
@@ -475,7 +346,7 @@ def random_case(op: str, i: int, *, tokens: tuple[int, ...] = TEST_TOKENS) -> C1
     pick = lambda xs: xs[int(torch.randint(len(xs), (1,), generator=g))]  # noqa: E731
     t = pick(tokens)
     if op == "c128_compress":
-        lens = split_lens(t, pick((1, 2, 3)), g)
+        lens = data.split_lens(t, pick((1, 2, 3)), g)
         starts = tuple(pick((0, 100, 127, 250, 255, 1001, 1023)) for _ in lens)
         if i % 11 == 5:
             starts = (LAST_POSITION + 1 - lens[0], *starts[1:])  # reaches 1 048 575

@@ -74,19 +74,17 @@ from typing import Any
 
 import cutlass
 import cutlass.cute as cute
-import torch
 from cutlass import BFloat16, Float32, Int32, Int64, Uint8
 
 from dsv4kit.backends.cutedsl import CuTeDSLJitKernel, fake_stream, fake_tensor, sym
 from dsv4kit.errors import input_error
-from dsv4kit.kernels.c4_compress.cutedsl import norm_rope
+from dsv4kit.kernels.c4_compress.cutedsl import norm_rope, state_fakes, warp_tokens
 from dsv4kit.kernels.c128_compress.spec import (
     C128CompressBase,
     C128StoreDsMlaBase,
     C128StorePlainBase,
-    NormStoreOperands,
-    StateOperands,
 )
+from dsv4kit.kernels.compressor.contract import LaunchOperands, flat, unit
 from dsv4kit.kernels.cute_numerics import add_rn, div_rn, exp_f32, mul_rn, sub_rn
 from dsv4kit.kernels.encoders.cutedsl import cache_align, encode_store
 from dsv4kit.kernels.encoders.spec import E1, key_encoder
@@ -156,17 +154,12 @@ def _pair(buf: cute.Tensor, off: Int32) -> cute.Tensor:
 
 
 @cute.kernel
-def _c128_compress_kernel(
-    mState: cute.Tensor,     # fp32 [*]: the state cache from its first block (16-byte aligned)
-    mReq: cute.Tensor,       # int32 [T] token_to_req
-    mPos: cute.Tensor,       # int64 [T]
-    mSlot: cute.Tensor,      # int64 [T] state slots (< 0: padding)
-    mBT: cute.Tensor,        # int32 [*] block table: row r at r * bt_stride
-    mOut: cute.Tensor,       # fp32 [*] out rows (stride 512); only boundary rows are written
-    block_stride: Int64,
-    bt_stride: Int64,
-    slices: Int32,
-):
+def _c128_compress_kernel(mState: cute.Tensor, mReq: cute.Tensor, mPos: cute.Tensor, mSlot: cute.Tensor,
+                          mBT: cute.Tensor, mOut: cute.Tensor, block_stride: Int64, bt_stride: Int64,
+                          slices: Int32):
+    """The state pool, per-token arrays and block table as the C4 kernels take them
+    (:func:`~dsv4kit.kernels.c4_compress.cutedsl.c4_compress_host`); ``mOut``: fp32 ``[*]`` out rows
+    (stride 512), only boundary rows written."""
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     lane = cute.arch.lane_idx()
@@ -293,11 +286,6 @@ def c128_compress_host(
         grid=[groups * slices * NCHUNK, 1, 1], block=[32 * K7_WARPS, 1, 1], stream=stream)
 
 
-def _unit(x: torch.Tensor, n: int) -> torch.Tensor:
-    """A 1-D unit-stride view of the first ``n`` elements (a size-1 tensor may carry any stride)."""
-    return x if x.stride(0) == 1 else x.as_strided((n,), (1,))
-
-
 class C128CompressCuTeDSL(C128CompressBase, CuTeDSLJitKernel["C128CompressBase.CompileKey"]):
     """K7 on CuTeDSL (compiles anywhere, runs on CUDA); see the module docstring."""
 
@@ -305,26 +293,18 @@ class C128CompressCuTeDSL(C128CompressBase, CuTeDSLJitKernel["C128CompressBase.C
 
     def warmup_inputs(self, key: Any) -> tuple[Any, ...]:
         # Every size is a symbol: T, the state / block-table / out spans are runtime values.
-        t = sym(symbol="T")
         return (
-            fake_tensor(Float32, (sym(symbol="state_elems", width=64),)),        # §2.8: data_ptr % 16 == 0
-            fake_tensor(Int32, (t,), align=4),
-            fake_tensor(Int64, (t,), align=8),
-            fake_tensor(Int64, (t,), align=8),
-            fake_tensor(Int32, (sym(symbol="bt_elems", width=64),), align=4),
+            *state_fakes(sym(symbol="T")),
             fake_tensor(Float32, (sym(symbol="out_elems", width=64),), align=4),
             Int64(0), Int64(0), Int32(1),
             fake_stream(self.tvm_ffi),
         )
 
-    def launch_args(self, key, token_to_req, positions, slot_mapping, block_table, out,
-                    ops: StateOperands, t) -> tuple[Any, ...]:
-        nreq, width = block_table.shape
-        bt_span = (nreq - 1) * ops.bt_stride + width if nreq and width else 0
-        bt = block_table.as_strided((bt_span,), (1,))
-        flat = out.as_strided((out.shape[0] * _D,), (1,))                  # strides (512, 1) (checked)
-        return (ops.state, _unit(token_to_req, t), _unit(positions, t), _unit(slot_mapping, t), bt, flat,
-                ops.block_stride, ops.bt_stride, k7_slices(t))
+    def launch_args(self, key: Any, ops: Any, run: LaunchOperands) -> tuple[Any, ...]:
+        t, out = run.t, ops.out
+        flat_out = out.as_strided((out.shape[0] * _D,), (1,))                  # strides (512, 1) (checked)
+        return (run.state, unit(ops.token_to_req, t), unit(ops.positions, t), unit(ops.slot_mapping, t),
+                flat(ops.block_table, run.bt_stride), flat_out, run.block_stride, run.bt_stride, k7_slices(t))
 
 
 # --------------------------------------------------------------------------- K8a / K8b
@@ -348,12 +328,8 @@ def _c128_store_kernel(
     geom_bs: cutlass.Constexpr,
     geom_stride: cutlass.Constexpr,
 ):
-    tidx, _, _ = cute.arch.thread_idx()
-    bidx, _, _ = cute.arch.block_idx()
-    lane = cute.arch.lane_idx()
-    warp = tidx // 32
+    lane, _, first = warp_tokens(K8_WARPS, tpw)
     n = mPos.shape[0]
-    first = (bidx * K8_WARPS + warp) * tpw
 
     t = first + lane
     p = Int64(0)
@@ -448,15 +424,13 @@ class _C128StoreCuTeDSL:
             *geom,
         )
 
-    def launch_args(self, key, compressed_kv, positions, slot_mapping, kv_slot_mapping, rms_norm_weight,
-                    cos_sin_cache, ops: NormStoreOperands, t) -> tuple[Any, ...]:
-        st = ops.store
-        kv = compressed_kv.as_strided((t * _D,), (1,))                      # strides (512, 1) (checked)
-        cs = cos_sin_cache.as_strided((cos_sin_cache.numel(),), (1,))      # contiguous (checked)
-        nw = _unit(rms_norm_weight, rms_norm_weight.shape[0])
+    def launch_args(self, key: Any, ops: Any, run: LaunchOperands) -> tuple[Any, ...]:
+        st, t = run.store, run.t
+        kv = ops.compressed_kv.as_strided((t * _D,), (1,))                  # strides (512, 1) (checked)
         scale = st.scale.as_strided((1,), (1,))      # fp8_scale [1], or the stand-in's first element
-        return (kv, _unit(positions, t), _unit(slot_mapping, t), _unit(kv_slot_mapping, t), nw, cs, st.cache,
-                scale, ops.eps, st.kv_bs, st.page_stride, k8_tokens_per_warp(t))
+        return (kv, unit(ops.positions, t), unit(ops.slot_mapping, t), unit(ops.kv_slot_mapping, t),
+                unit(ops.rms_norm_weight, ops.rms_norm_weight.shape[0]), flat(ops.cos_sin_cache), st.cache,
+                scale, run.eps, st.kv_bs, st.page_stride, k8_tokens_per_warp(t))
 
 
 class C128StoreDsMlaCuTeDSL(_C128StoreCuTeDSL, C128StoreDsMlaBase,

@@ -72,14 +72,9 @@ import triton
 import triton.language as tl
 
 from dsv4kit.backends.triton import Const, FromKey, Ptr, Runtime, TritonJitKernel
-from dsv4kit.kernels.c4_compress.triton import norm_rope
-from dsv4kit.kernels.c128_compress.spec import (
-    C128CompressBase,
-    C128StoreDsMlaBase,
-    C128StorePlainBase,
-    NormStoreOperands,
-    StateOperands,
-)
+from dsv4kit.kernels.c4_compress.triton import STATE_POINTERS, norm_rope
+from dsv4kit.kernels.c128_compress.spec import C128CompressBase, C128StoreDsMlaBase, C128StorePlainBase
+from dsv4kit.kernels.compressor.contract import LaunchOperands
 from dsv4kit.kernels.encoders.spec import key_encoder
 from dsv4kit.kernels.encoders.triton import encode_store
 
@@ -176,7 +171,7 @@ def _pool_stream(state_ptr, bt_row, out_row, block_stride, chunk, BD: tl.constex
     do_not_specialize_on_alignment=["req_ptr", "pos_ptr", "slot_ptr", "bt_ptr", "out_ptr"],
 )
 def c128_compress_kernel(
-    state_ptr,  # fp32: the state cache from its first block (StateOperands.state), 16-byte aligned
+    state_ptr,  # fp32: the state cache from its first block (LaunchOperands.state), 16-byte aligned
     req_ptr,  # int32 [T] token_to_req
     pos_ptr,  # int64 [T]
     slot_ptr,  # int64 [T] state slots (< 0: padding)
@@ -240,17 +235,9 @@ class C128CompressTriton(C128CompressBase, TritonJitKernel["C128CompressBase.Com
 
     kernel_fn = c128_compress_kernel
     params = {
-        "state_ptr": Ptr(torch.float32),  # data_ptr % 16 == 0: checked (§2.8)
-        "req_ptr": Ptr(torch.int32, aligned=False),
-        "pos_ptr": Ptr(torch.int64, aligned=False),
-        "slot_ptr": Ptr(torch.int64, aligned=False),
-        "bt_ptr": Ptr(torch.int32, aligned=False),
+        **STATE_POINTERS,
         "out_ptr": Ptr(torch.float32, aligned=False),
-        "n_tok": Runtime(),
-        "tpp": Runtime(),
-        "block_stride": Runtime(),
-        "bt_stride": Runtime(),
-        "path": Runtime(),
+        **dict.fromkeys(("n_tok", "tpp", "block_stride", "bt_stride", "path"), Runtime()),
         "BD_TILE": Const(BD_TILE),
         "BD_STREAM": Const(BD_STREAM),
         "STREAM_ROWS": Const(STREAM_ROWS),
@@ -279,31 +266,10 @@ class C128CompressTriton(C128CompressBase, TritonJitKernel["C128CompressBase.Com
     def grid(self, key: Any, args: Mapping[str, Any]) -> tuple[int, ...]:
         return (triton.cdiv(args["n_tok"], args["tpp"]) * (HEAD // self.block_cols(args["path"])),)
 
-    def launch_args(
-        self,
-        key: Any,
-        token_to_req: torch.Tensor,
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        block_table: torch.Tensor,
-        out: torch.Tensor,
-        ops: StateOperands,
-        t: int,
-    ) -> tuple[Any, ...]:
-        tpp, path = self.plan(t, ops.block_stride)
-        return (
-            ops.state,
-            token_to_req,
-            positions,
-            slot_mapping,
-            block_table,
-            out,
-            t,
-            tpp,
-            ops.block_stride,
-            ops.bt_stride,
-            path,
-        )
+    def launch_args(self, key: Any, ops: Any, run: LaunchOperands) -> tuple[Any, ...]:
+        tpp, path = self.plan(run.t, run.block_stride)
+        return (run.state, ops.token_to_req, ops.positions, ops.slot_mapping, ops.block_table, ops.out, run.t,
+                tpp, run.block_stride, run.bt_stride, path)
 
 
 # --------------------------------------------------------------------------- K8a / K8b
@@ -421,30 +387,12 @@ class _C128StoreTriton:
     def grid(self, key: Any, args: Mapping[str, Any]) -> tuple[int, ...]:
         return (triton.cdiv(args["n_tok"], args["tpp"]),)
 
-    def _common_args(
-        self,
-        compressed_kv: torch.Tensor,
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        kv_slot_mapping: torch.Tensor,
-        rms_norm_weight: torch.Tensor,
-        cos_sin_cache: torch.Tensor,
-        ops: NormStoreOperands,
-        t: int,
-    ) -> tuple[Any, ...]:
-        return (
-            compressed_kv,
-            positions,
-            slot_mapping,
-            kv_slot_mapping,
-            rms_norm_weight,
-            cos_sin_cache,
-            ops.store.cache,
-            ops.store.scale,
-            t,
-            self.tokens_per_program(t),
-            ops.eps,
-        )
+    def launch_args(self, key: Any, ops: Any, run: LaunchOperands) -> tuple[Any, ...]:
+        st, t = run.store, run.t
+        common = (ops.compressed_kv, ops.positions, ops.slot_mapping, ops.kv_slot_mapping,
+                  ops.rms_norm_weight, ops.cos_sin_cache, st.cache, st.scale, t, self.tokens_per_program(t),
+                  run.eps)
+        return common if self.geometry_in_key else (*common, st.kv_bs, st.page_stride)
 
 
 class C128StoreDsMlaTriton(
@@ -458,22 +406,7 @@ class C128StoreDsMlaTriton(
         "KV_BS": FromKey("kv_cache_block_size"),
         "PAGE_STRIDE": FromKey("kv_block_stride"),
     }
-
-    def launch_args(
-        self,
-        key: Any,
-        compressed_kv: torch.Tensor,
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        kv_slot_mapping: torch.Tensor,
-        rms_norm_weight: torch.Tensor,
-        cos_sin_cache: torch.Tensor,
-        ops: NormStoreOperands,
-        t: int,
-    ) -> tuple[Any, ...]:
-        return self._common_args(
-            compressed_kv, positions, slot_mapping, kv_slot_mapping, rms_norm_weight, cos_sin_cache, ops, t
-        )
+    geometry_in_key = True
 
 
 class C128StorePlainTriton(
@@ -483,20 +416,5 @@ class C128StorePlainTriton(
 
     kernel_fn = c128_store_plain_kernel
     params = {**_STORE_PARAMS, "kv_bs": Runtime(), "page_stride": Runtime()}
+    geometry_in_key = False
 
-    def launch_args(
-        self,
-        key: Any,
-        compressed_kv: torch.Tensor,
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        kv_slot_mapping: torch.Tensor,
-        rms_norm_weight: torch.Tensor,
-        cos_sin_cache: torch.Tensor,
-        ops: NormStoreOperands,
-        t: int,
-    ) -> tuple[Any, ...]:
-        common = self._common_args(
-            compressed_kv, positions, slot_mapping, kv_slot_mapping, rms_norm_weight, cos_sin_cache, ops, t
-        )
-        return (*common, ops.store.kv_bs, ops.store.page_stride)

@@ -12,17 +12,14 @@ notebook and the GPU script use the same cases.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any
-
 import torch
 
-from dsv4kit.formats.ds_mla import allocate_ds_cache, ds_min_page_stride
-from dsv4kit.formats.indexer_cache import allocate_indexer_cache
-from dsv4kit.formats.plain_row import allocate_plain_cache
+from dsv4kit.formats.ds_mla import ds_min_page_stride
 from dsv4kit.formats.rope import compressed_position
-from dsv4kit.formats.state_cache import allocate_state_cache, window_rows
-from dsv4kit.kernels.c4_compress.reference import HEAD_DIM, RATIO, c4_rows, check_c4_values
+from dsv4kit.formats.state_cache import window_rows
+from dsv4kit.kernels.c4_compress.reference import HEAD_DIM, OPERANDS, RATIO, c4_rows
+from dsv4kit.kernels.compressor.cases import CompressorCase, boundary_kv_slots, requests, sentinel_cache
+from dsv4kit.kernels.compressor.reference import check_values
 from dsv4kit.testing.cache_judge import Verdict, cpu_copy, judge_entries
 from dsv4kit.testing.compressor_data import (
     EPS,
@@ -33,62 +30,29 @@ from dsv4kit.testing.compressor_data import (
     SMALL_MAX_POS,
     TEST_TOKENS,
     cos_sin,
-    kv_values,
     norm_weight,
-    request_regime,
-    scores,
     split_lens,
 )
 from dsv4kit.testing.compressor_rule import term_magnitudes
 
-__all__ = [
-    "KV_REGIMES",
-    "OPS",
-    "SCORE_REGIMES",
-    "SENTINEL",
-    "TEST_TOKENS",
-    "C4Case",
-    "Verdict",
-    "judge",
-    "cpu_copy",
-    "make_case",
-    "random_case",
-]
+__all__ = ["KV_REGIMES", "OPS", "SCORE_REGIMES", "SENTINEL", "TEST_TOKENS", "C4Case", "Verdict", "cpu_copy",
+           "judge", "make_case", "random_case"]
 
 OPS = ("c4_compress_ds_mla", "c4_compress_plain", "indexer_compress")
 
 
-@dataclass
-class C4Case:
+class C4Case(CompressorCase):
     """One call of ``op``: ``args`` are the op's arguments (the cache among them, sentinel-filled)."""
 
-    op: str
-    args: dict[str, Any]
-    label: str = ""
-    meta: dict[str, Any] = field(default_factory=dict)
+    OPERANDS = OPERANDS
 
     @property
     def cache_arg(self) -> str:
-        return "kv_cache" if self.op == "c4_compress_plain" else "k_cache"
+        return self.output_arg
 
     @property
     def cache(self) -> torch.Tensor:
-        return self.args[self.cache_arg]
-
-    def fresh(self, device: torch.device | str | None = None) -> C4Case:
-        """A copy whose cache is a new sentinel-filled buffer (same strides), on ``device``."""
-        dev = torch.device(device) if device is not None else self.cache.device
-        args = {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in self.args.items()}
-        args[self.cache_arg] = _clone_strided(self.cache, dev)
-        args["state_cache"] = _clone_strided(self.args["state_cache"], dev)
-        return replace(self, args=args)
-
-
-def _clone_strided(x: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``x`` copied with its strides and storage offset (the bytes around it too), on ``device``."""
-    full = x.as_strided((x.untyped_storage().nbytes() // x.element_size(),), (1,), 0)
-    raw = full.view(torch.uint8).to(device, copy=True)
-    return raw.view(x.dtype).as_strided(x.shape, x.stride(), x.storage_offset())
+        return self.output
 
 
 # --------------------------------------------------------------------------- building a case
@@ -118,72 +82,22 @@ def make_case(
     """
     g = torch.Generator().manual_seed(seed)
     head = HEAD_DIM[op]
-    sw = 2 * head
     starts = tuple(starts) if starts is not None else tuple(0 for _ in lens)
     first = [max(0, s - 2 * RATIO + 1) for s in starts]
     top = max(s + n for s, n in zip(starts, lens, strict=True))
     max_pos = max_pos or (SMALL_MAX_POS if top <= SMALL_MAX_POS else LAST_POSITION + 1)
-    cols = -(-top // sbs)
-    # Shuffled state blocks, only for the columns a window reads; one spare block.
-    need = [sorted({q // sbs for q in range(f, s + n)}) for f, s, n in zip(first, starts, lens, strict=True)]
-    nsb = sum(len(c) for c in need) + 1
-    state = allocate_state_cache(nsb, sbs, sw, block_stride=sbs * 2 * sw + 4, fill=float("nan"))
-    perm = torch.randperm(nsb, generator=g).to(torch.int32)
-    bt = torch.full((len(lens), cols), -1, dtype=torch.int32)
-    used = 0
-    for r, c in enumerate(need):
-        bt[r, c] = perm[used : used + len(c)]
-        used += len(c)
-    for r, (f, s, n) in enumerate(zip(first, starts, lens, strict=True)):
-        q = torch.arange(f, s + n)
-        kv = kv_values((len(q), sw), request_regime(kv_regime, r), g)
-        rows = torch.cat((kv, scores((len(q), sw), score_regime, g)), dim=1)
-        state[bt[r, q // sbs].long(), q % sbs] = rows
-    req = torch.cat([torch.full((n,), r, dtype=torch.int32) for r, n in enumerate(lens)])
-    pos = torch.cat([torch.arange(s, s + n) for s, n in zip(starts, lens, strict=True)])
-    order = torch.randperm(len(pos), generator=g)
-    req, pos = req[order].contiguous(), pos[order].contiguous()
-    t = len(pos)
-    slot = (bt[req.long(), (pos // sbs)].long() * sbs + pos % sbs).contiguous()
-    if padding and t > 2:
-        slot[torch.randperm(t, generator=g)[: max(1, t // 6)]] = -1
-    boundary = (pos + 1) % RATIO == 0
-    nb = int(boundary.sum())
-    pages = max(1, -(-(nb + 3) // kv_bs))
-    kv_slots = torch.full((t,), -1, dtype=torch.int64)
-    kv_slots[boundary] = torch.randperm(pages * kv_bs, generator=g)[:nb]
-    if padding and nb > 2:
-        kv_slots[torch.nonzero(boundary).flatten()[0]] = -1
-    if op == "c4_compress_ds_mla":
-        cache = allocate_ds_cache(pages, kv_bs, page_stride=page_stride, fill=SENTINEL)
-    elif op == "c4_compress_plain":
-        dtype = torch.bfloat16 if fp8_scale is None else torch.float8_e4m3fn
-        cache = allocate_plain_cache(pages, kv_bs, dtype, page_stride=page_stride, fill_byte=SENTINEL)
-    else:
-        cache = allocate_indexer_cache(pages, kv_bs, page_stride=page_stride, fill=SENTINEL)
-    args: dict[str, Any] = dict(
-        state_cache=state,
-        token_to_req=req,
-        positions=pos,
-        slot_mapping=slot,
-        block_table=bt,
-        state_block_size=sbs,
-        rms_norm_weight=norm_weight(head, norm_dtype, kv_regime, g),
-        rms_norm_eps=EPS,
-        cos_sin_cache=cos_sin(max_pos),
-    )
-    args["kv_cache" if op == "c4_compress_plain" else "k_cache"] = cache
-    args["kv_slot_mapping"] = kv_slots
-    if op == "c4_compress_plain":
-        args["fp8_scale"] = None if fp8_scale is None else torch.tensor([fp8_scale], dtype=torch.float32)
-    if op == "indexer_compress":
-        args["use_fp4_cache"] = use_fp4
-    label = (
-        f"{op} T={t} lens={lens} starts={starts} sbs={sbs} kv_bs={kv_bs} P={page_stride} "
-        f"w={str(norm_dtype).removeprefix('torch.')} kv={kv_regime} s={score_regime}"
-        + (f" fp8_scale={fp8_scale}" if op == "c4_compress_plain" else "")
-        + (f" fp4={use_fp4}" if op == "indexer_compress" else "")
-    )
+    r = requests(lens, starts, first, sbs, 2 * head, kv_regime, score_regime, padding, g)
+    kv_slots, pages = boundary_kv_slots((r.positions + 1) % RATIO == 0, kv_bs, padding, g)
+    cache = sentinel_cache(_kind(op), pages, kv_bs, page_stride, fp8_scale)
+    scale = None if fp8_scale is None else torch.tensor([fp8_scale], dtype=torch.float32)
+    extra = {"c4_compress_plain": dict(fp8_scale=scale), "indexer_compress": dict(use_fp4_cache=use_fp4)}
+    weight = norm_weight(head, norm_dtype, kv_regime, g)
+    args = OPERANDS[op](r.state, r.token_to_req, r.positions, r.slot_mapping, r.block_table, sbs, weight, EPS,
+                        cos_sin(max_pos), cache, kv_slots, **extra.get(op, {}))._asdict()
+    w = str(norm_dtype).removeprefix("torch.")
+    tail = {"c4_compress_plain": f" fp8_scale={fp8_scale}", "indexer_compress": f" fp4={use_fp4}"}.get(op, "")
+    label = (f"{op} T={len(r.positions)} lens={lens} starts={starts} sbs={sbs} kv_bs={kv_bs} P={page_stride} "
+             f"w={w} kv={kv_regime} s={score_regime}{tail}")
     return C4Case(op, args, label, dict(kv_regime=kv_regime, score_regime=score_regime))
 
 
@@ -232,18 +146,7 @@ def judge(case: C4Case, got: torch.Tensor, want: torch.Tensor) -> Verdict:
     """Judge the kernel's cache ``got`` against the reference's ``want`` (both from ``case``'s inputs,
     on any device: strided GPU caches are copied with their layout)."""
     a = case.args
-    idx = check_c4_values(
-        case.op,
-        a["state_cache"],
-        a["token_to_req"],
-        a["positions"],
-        a["slot_mapping"],
-        a["block_table"],
-        a["cos_sin_cache"],
-        case.cache,
-        a["kv_slot_mapping"],
-        HEAD_DIM[case.op],
-    )
+    idx = check_values(case.op, case.ops, RATIO, True, HEAD_DIM[case.op])
     slots = a["kv_slot_mapping"][idx]
     m, y = _magnitudes(case, idx) if len(slots) else (None, None)
     return judge_entries(
@@ -269,16 +172,5 @@ def _magnitudes(case: C4Case, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     )
     cs = a["cos_sin_cache"][compressed_position(p, RATIO)]
     m = term_magnitudes(k, s, a["rms_norm_weight"], a["rms_norm_eps"], cs)
-    y = c4_rows(
-        case.op,
-        a["state_cache"],
-        a["token_to_req"],
-        a["positions"],
-        a["block_table"],
-        a["rms_norm_weight"],
-        a["rms_norm_eps"],
-        a["cos_sin_cache"],
-        idx,
-        head,
-    )
+    y = c4_rows(case.op, case.ops, a["rms_norm_eps"], idx)
     return m, y

@@ -82,17 +82,12 @@ from typing import Any
 
 import cutlass
 import cutlass.cute as cute
-import torch
 from cutlass import BFloat16, Float32, Int32, Int64, Uint8
 
 from dsv4kit.backends.cutedsl import CuTeDSLJitKernel, fake_stream, fake_tensor, sym
 from dsv4kit.errors import input_error
-from dsv4kit.kernels.c4_compress.spec import (
-    C4CompressDsMlaBase,
-    C4CompressPlainBase,
-    CompressOperands,
-    IndexerCompressBase,
-)
+from dsv4kit.kernels.c4_compress.spec import C4CompressDsMlaBase, C4CompressPlainBase, IndexerCompressBase
+from dsv4kit.kernels.compressor.contract import LaunchOperands, flat, unit
 from dsv4kit.kernels.cute_numerics import add_rn, div_rn, exp_f32, mul_rn, sqrt_rn, sub_rn
 from dsv4kit.kernels.encoders.cutedsl import cache_align, elems_per_lane, encode_store
 from dsv4kit.kernels.encoders.spec import key_encoder
@@ -100,7 +95,7 @@ from dsv4kit.kernels.encoders.spec import key_encoder
 __all__ = ["CTA_MIN_CTAS_PER_SM", "CTA_PER_TOKEN_UP_TO", "TOKENS_PER_WARP", "WARPS",
            "WARP_MIN_CTAS_PER_SM", "C4CompressDsMlaCuTeDSL", "C4CompressPlainCuTeDSL",
            "IndexerCompressCuTeDSL", "c4_compress_host", "cta_per_token", "launch_grid", "norm_rope",
-           "pool_column", "pool_norm_rope"]
+           "pool_column", "pool_norm_rope", "state_fakes", "warp_tokens"]
 
 #: The decode kernel (a CTA per token) runs up to this many tokens, the prefill kernel above. Measured
 #: on the H200 (``benchmarks/results/c4_split_h200``): the decode kernel wins up to T = 2048 (head 512:
@@ -332,6 +327,18 @@ def norm_rope(y: cute.Tensor, mNW: cute.Tensor, mCS: cute.Tensor, p: Int64, eps:
             y[2 * k + 1] = add_rn(mul_rn(xo, cs), mul_rn(xe, sn))
 
 
+@cute.jit
+def warp_tokens(warps: cutlass.Constexpr, per_warp: Any) -> tuple[Any, Any, Any]:
+    """``(lane, warp, first)`` of a kernel whose CTAs hold ``warps`` warps of ``per_warp`` tokens
+    each: warp ``w`` of CTA ``b`` takes tokens ``first .. first + per_warp - 1``,
+    ``first = (b * warps + w) * per_warp``."""
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    lane = cute.arch.lane_idx()
+    warp = tidx // 32
+    return lane, warp, (bidx * warps + warp) * per_warp
+
+
 @cute.kernel
 def _token_cta_kernel(
     mState: cute.Tensor,     # fp32 [*]: the state cache from its first block (16-byte aligned)
@@ -344,14 +351,8 @@ def _token_cta_kernel(
     mKvSlot: cute.Tensor,    # int64 [T] compressed-cache slots (< 0: skip)
     mCache: cute.Tensor,     # uint8 [*]: the cache from its first page (StoreOperands.cache)
     mScale: cute.Tensor,     # fp32 [1]: fp8_scale (E3), otherwise never read
-    sbs: Int32,
-    block_stride: Int64,
-    bt_stride: Int64,
-    eps: Float32,
-    kv_bs: Int32,
-    page_stride: Int64,
-    D: cutlass.Constexpr,
-    enc: cutlass.Constexpr,
+    sbs: Int32, block_stride: Int64, bt_stride: Int64, eps: Float32, kv_bs: Int32, page_stride: Int64,
+    D: cutlass.Constexpr, enc: cutlass.Constexpr,
 ):
     """Decode: CTA ``b`` pools token ``b`` (thread = column), warp 0 norms and encodes it."""
     tidx, _, _ = cute.arch.thread_idx()
@@ -378,32 +379,15 @@ def _token_cta_kernel(
 
 @cute.kernel
 def _token_warp_kernel(
-    mState: cute.Tensor,     # fp32 [*]: the state cache from its first block (16-byte aligned)
-    mReq: cute.Tensor,       # int32 [T] token_to_req
-    mPos: cute.Tensor,       # int64 [T]
-    mSlot: cute.Tensor,      # int64 [T] state slots (< 0: padding)
-    mBT: cute.Tensor,        # int32 [*] block table: row r at r * bt_stride
-    mNW: cute.Tensor,        # bf16 / fp32 [D] norm weight
-    mCS: cute.Tensor,        # fp32 [max_pos * 64] cos/sin rows
-    mKvSlot: cute.Tensor,    # int64 [T] compressed-cache slots (< 0: skip)
-    mCache: cute.Tensor,     # uint8 [*]: the cache from its first page (StoreOperands.cache)
-    mScale: cute.Tensor,     # fp32 [1]: fp8_scale (E3), otherwise never read
-    sbs: Int32,
-    block_stride: Int64,
-    bt_stride: Int64,
-    eps: Float32,
-    kv_bs: Int32,
-    page_stride: Int64,
-    D: cutlass.Constexpr,
-    enc: cutlass.Constexpr,
+    mState: cute.Tensor, mReq: cute.Tensor, mPos: cute.Tensor, mSlot: cute.Tensor, mBT: cute.Tensor,
+    mNW: cute.Tensor, mCS: cute.Tensor, mKvSlot: cute.Tensor, mCache: cute.Tensor, mScale: cute.Tensor,
+    sbs: Int32, block_stride: Int64, bt_stride: Int64, eps: Float32, kv_bs: Int32, page_stride: Int64,
+    D: cutlass.Constexpr, enc: cutlass.Constexpr,
 ):
-    """Prefill: warp ``w`` of CTA ``b`` pools, norms and encodes the live ones of its 4 tokens."""
-    tidx, _, _ = cute.arch.thread_idx()
-    bidx, _, _ = cute.arch.block_idx()
-    lane = cute.arch.lane_idx()
-    warp = tidx // 32
+    """Prefill: warp ``w`` of CTA ``b`` pools, norms and encodes the live ones of its 4 tokens (the
+    parameters are :func:`_token_cta_kernel`'s)."""
+    lane, warp, first = warp_tokens(WARPS, TOKENS_PER_WARP)
     n = mPos.shape[0]
-    first = (bidx * WARPS + warp) * TOKENS_PER_WARP
 
     sRow = None                          # head 512 only: the warp's row in shared memory
     if cutlass.const_expr(D > _CHUNK):
@@ -490,9 +474,17 @@ def launch_grid(t: int, head_size: int) -> tuple[int, int]:
     return -(-t // per_cta), 32 * WARPS
 
 
-def _unit(x: torch.Tensor, n: int) -> torch.Tensor:
-    """A 1-D unit-stride view of the first ``n`` elements (a size-1 tensor may carry any stride)."""
-    return x if x.stride(0) == 1 else x.as_strided((n,), (1,))
+def state_fakes(t: Any) -> tuple[Any, ...]:
+    """The fakes of the state pool (fp32, 16-byte aligned: §2.8), ``token_to_req``, ``positions``,
+    ``slot_mapping`` (``t`` elements) and the block table, as every pooling kernel takes them (K5,
+    K6, K9; K7 in :mod:`dsv4kit.kernels.c128_compress.cutedsl`)."""
+    return (
+        fake_tensor(Float32, (sym(symbol="state_elems", width=64),)),
+        fake_tensor(Int32, (t,), align=4),
+        fake_tensor(Int64, (t,), align=8),
+        fake_tensor(Int64, (t,), align=8),
+        fake_tensor(Int32, (sym(symbol="bt_elems", width=64),), align=4),
+    )
 
 
 class _C4CompressCuTeDSL:
@@ -511,11 +503,7 @@ class _C4CompressCuTeDSL:
         t = sym(symbol="T")
         nw = _NORM_DTYPES[key.norm_weight_dtype]
         return (
-            fake_tensor(Float32, (sym(symbol="state_elems", width=64),)),        # §2.8: data_ptr % 16 == 0
-            fake_tensor(Int32, (t,), align=4),
-            fake_tensor(Int64, (t,), align=8),
-            fake_tensor(Int64, (t,), align=8),
-            fake_tensor(Int32, (sym(symbol="bt_elems", width=64),), align=4),
+            *state_fakes(t),
             fake_tensor(nw, (key.head_size,), align=nw.width // 8),
             fake_tensor(Float32, (sym(symbol="cos_sin_elems", width=64),), align=4),
             fake_tensor(Int64, (t,), align=8),
@@ -527,18 +515,13 @@ class _C4CompressCuTeDSL:
             enc,
         )
 
-    def launch_args(self, key, token_to_req, positions, slot_mapping, block_table, rms_norm_weight,
-                    cos_sin_cache, kv_slot_mapping, ops: CompressOperands, t) -> tuple[Any, ...]:
-        st = ops.store
-        nreq, width = block_table.shape
-        bt_span = (nreq - 1) * ops.bt_stride + width if nreq and width else 0
-        bt = block_table.as_strided((bt_span,), (1,))
-        cs = cos_sin_cache.as_strided((cos_sin_cache.numel(),), (1,))          # contiguous (checked)
-        nw = _unit(rms_norm_weight, rms_norm_weight.shape[0])
+    def launch_args(self, key: Any, ops: Any, run: LaunchOperands) -> tuple[Any, ...]:
+        st, t = run.store, run.t
         scale = st.scale.as_strided((1,), (1,))      # fp8_scale [1], or the stand-in's first element
-        return (ops.state, _unit(token_to_req, t), _unit(positions, t), _unit(slot_mapping, t), bt, nw, cs,
-                _unit(kv_slot_mapping, t), st.cache, scale, ops.sbs, ops.block_stride, ops.bt_stride, ops.eps,
-                st.kv_bs, st.page_stride, int(cta_per_token(t)))
+        return (run.state, unit(ops.token_to_req, t), unit(ops.positions, t), unit(ops.slot_mapping, t),
+                flat(ops.block_table, run.bt_stride), unit(ops.rms_norm_weight, ops.rms_norm_weight.shape[0]),
+                flat(ops.cos_sin_cache), unit(ops.kv_slot_mapping, t), st.cache, scale, run.sbs,
+                run.block_stride, run.bt_stride, run.eps, st.kv_bs, st.page_stride, int(cta_per_token(t)))
 
 
 class C4CompressDsMlaCuTeDSL(_C4CompressCuTeDSL, C4CompressDsMlaBase,

@@ -15,30 +15,32 @@ in ratios and a plain-row cache dtype (``store_full_fp8`` from the one dtype-str
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
 from dsv4kit.errors import input_error
-from dsv4kit.family import DEFAULT_VARIANT, FamilySpec, Variant
-from dsv4kit.family.spec import KernelRef
-from dsv4kit.formats.cache_dtypes import INDEXER_CACHE_DTYPES, NORM_WEIGHT_DTYPES, normalize_cache_dtype
+from dsv4kit.formats.cache_dtypes import INDEXER_CACHE_DTYPES
 from dsv4kit.formats.ds_mla import DS_HEAD_DIM
 from dsv4kit.formats.indexer_cache import IDX_HEAD_DIM
-from dsv4kit.jit import Immediate, JitKernel, Like, WarmupChoices, fixed, kernel_launcher
+from dsv4kit.jit import Like, WarmupChoices, fixed
 from dsv4kit.kernels.c4_compress.reference import (
-    ARGS,
+    OPERANDS,
     RATIO,
     c4_compress_ds_mla_reference,
     c4_compress_plain_reference,
-    check_c4_inputs,
-    check_c4_values,
+    check_c4,
     indexer_compress_reference,
 )
-from dsv4kit.kernels.encoders.reference import check_aligned
-from dsv4kit.kernels.encoders.spec import StoreOperands, cache_operands
+from dsv4kit.kernels.compressor.contract import (
+    CompressorBase,
+    CompressorConfig,
+    PlainRowStore,
+    compressor_spec,
+    fixed_fields,
+    specs,
+)
 
 __all__ = [
     "SPECS",
@@ -46,16 +48,12 @@ __all__ = [
     "C4CompressConfig",
     "C4CompressDsMlaBase",
     "C4CompressPlainBase",
-    "CompressOperands",
     "IndexerCompressBase",
-    "compress_operands",
 ]
-
-_I32 = 2**31
 
 
 @dataclass(frozen=True)
-class C4CompressConfig:
+class C4CompressConfig(CompressorConfig):
     """The warmup inputs the C4 compressors read (spec §2.11); defaults: DSv4-Flash."""
 
     cache_block_size: int = 256
@@ -65,215 +63,48 @@ class C4CompressConfig:
     norm_weight_dtype: str = "bfloat16"
 
     def __post_init__(self) -> None:
-        where = "C4CompressConfig"
-        b = self.cache_block_size
-        if isinstance(b, bool) or not isinstance(b, int) or b < 0:
-            raise input_error(where, "cache_block_size", "an int >= 0", repr(b))
-        if not isinstance(self.compress_ratios, Iterable) or not all(
-            isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in self.compress_ratios
-        ):
-            raise input_error(where, "compress_ratios", "ints >= 0", repr(self.compress_ratios))
-        normalize_cache_dtype(self.cache_dtype, where)
+        self.check_common()
         if self.indexer_cache_dtype not in INDEXER_CACHE_DTYPES:
-            raise input_error(
-                where, "indexer_cache_dtype", "'fp8' or 'mxfp4'", repr(self.indexer_cache_dtype)
-            )
-        if self.norm_weight_dtype not in NORM_WEIGHT_DTYPES:
-            raise input_error(
-                where,
-                "norm_weight_dtype",
-                f"one of {', '.join(NORM_WEIGHT_DTYPES)}",
-                repr(self.norm_weight_dtype),
-            )
+            raise input_error("C4CompressConfig", "indexer_cache_dtype", "'fp8' or 'mxfp4'",
+                              repr(self.indexer_cache_dtype))
 
     @property
     def has_c4(self) -> bool:
         return RATIO in self.compress_ratios
 
-    @property
-    def kv_kind(self) -> str:
-        """``"fp8_ds_mla"``, ``"fp8"`` or ``"bfloat16"`` (the one map of trap 3)."""
-        return normalize_cache_dtype(self.cache_dtype, "C4CompressConfig")
+
+class C4CompressBase(CompressorBase):
+    """What K5, K6 and K9 share: the call (:class:`~dsv4kit.kernels.compressor.contract.CompressorBase`)
+    with the C4 checks. Each op class adds its record, CompileKey, dispatch and warmup keys; a
+    backend class :meth:`launch_args` and the kernel."""
+
+    ratio = RATIO
+    overlap = True
+    check_inputs = staticmethod(check_c4)
+
+    config_type = C4CompressConfig
+
+    def key_inputs(self, config: C4CompressConfig) -> dict[str, Any]:
+        return {**super().key_inputs(config), "state_cache": Like(shape=(1, 4, 4 * self.head))}
 
 
-@dataclass(frozen=True)
-class CompressOperands:
-    """What both backends launch with besides the caller's per-token arrays (after the checks).
-
-    ``state``: a 1-D fp32 view of the state cache from its first block (16-byte aligned, §2.8);
-    ``block_stride``: elements between state blocks; ``sbs``: rows per block; ``bt_stride``:
-    elements between block-table rows; ``eps``: fp32-rounded by the kernels; ``store``: where the
-    encoded rows go (:class:`~dsv4kit.kernels.encoders.spec.StoreOperands`).
-    """
-
-    state: torch.Tensor
-    block_stride: int
-    sbs: int
-    bt_stride: int
-    eps: float
-    store: StoreOperands
-
-
-def compress_operands(
-    kernel: str,
-    state_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    cache: torch.Tensor,
-    fp8_scale: torch.Tensor | None,
-    eps: float,
-    t: int,
-) -> CompressOperands:
-    """The :class:`CompressOperands` of a checked call of ``t`` tokens."""
-    if t >= _I32:
-        raise input_error(kernel, "positions", f"fewer than {_I32} tokens", t)
-    nsb, sbs, row = state_cache.shape
-    span = (nsb - 1) * state_cache.stride(0) + sbs * row if nsb else 1
-    state = state_cache.as_strided((max(span, 1),), (1,))
-    return CompressOperands(
-        state,
-        state_cache.stride(0),
-        sbs,
-        block_table.stride(0) if block_table.dim() else 0,
-        eps,
-        cache_operands(cache, fp8_scale, state),
-    )
-
-
-class C4CompressBase(JitKernel[Any]):
-    """What K5, K6 and K9 share: the call (checks, T == 0, dispatch, operands). Each op class adds
-    its CompileKey, dispatch and warmup keys; a backend class :meth:`launch_args` and the kernel."""
-
-    #: The op name (its argument table in :data:`~dsv4kit.kernels.c4_compress.reference.ARGS`).
-    op_name: ClassVar[str]
-    #: The head D the op pools (512 or 128).
-    head: ClassVar[int]
-
-    def launch_args(
-        self,
-        key: Any,
-        token_to_req: torch.Tensor,
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        block_table: torch.Tensor,
-        rms_norm_weight: torch.Tensor,
-        cos_sin_cache: torch.Tensor,
-        kv_slot_mapping: torch.Tensor,
-        ops: CompressOperands,
-        t: int,
-    ) -> tuple[Any, ...]:
-        """The executor's arguments (per backend)."""
-        raise NotImplementedError
-
-    def _compress(
-        self,
-        key_args: dict[str, Any],
-        state_cache: torch.Tensor,
-        token_to_req: torch.Tensor,
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        block_table: torch.Tensor,
-        state_block_size: int,
-        rms_norm_weight: torch.Tensor,
-        rms_norm_eps: float,
-        cos_sin_cache: torch.Tensor,
-        cache: torch.Tensor,
-        kv_slot_mapping: torch.Tensor,
-        fp8_scale: torch.Tensor | None,
-        use_fp4_cache: bool | None,
-        debug_checks: bool | None,
-    ) -> Any:
-        debug = (not self.platform.is_cuda) if debug_checks is None else debug_checks
-        t, eps = check_c4_inputs(
-            self.name,
-            self.op_name,
-            state_cache,
-            token_to_req,
-            positions,
-            slot_mapping,
-            block_table,
-            state_block_size,
-            rms_norm_weight,
-            rms_norm_eps,
-            cos_sin_cache,
-            cache,
-            kv_slot_mapping,
-            fp8_scale,
-            use_fp4_cache,
-        )
-        self.check_device("state_cache", state_cache)
-        if self.op_name == "c4_compress_plain":
-            check_aligned(self.name, "kv_cache", cache, 16)  # the kernels store 16-byte vectors
-        if debug:
-            check_c4_values(
-                self.name,
-                state_cache,
-                token_to_req,
-                positions,
-                slot_mapping,
-                block_table,
-                cos_sin_cache,
-                cache,
-                kv_slot_mapping,
-                self.head,
-                fp8_scale,
-            )
-        if t == 0:
-            return Immediate(None)
-        key = self.dispatch(**key_args)
-        ops = compress_operands(self.name, state_cache, block_table, cache, fp8_scale, eps, t)
-        args = self.launch_args(
-            key,
-            token_to_req,
-            positions,
-            slot_mapping,
-            block_table,
-            rms_norm_weight,
-            cos_sin_cache,
-            kv_slot_mapping,
-            ops,
-            t,
-        )
-        return key, args, None, _none
-
-    @staticmethod
-    def applies(config: C4CompressConfig) -> bool:
-        """Whether a runtime of ``config`` calls this op (its warmup and registration gate)."""
-        raise NotImplementedError
-
-    def _norm_weight_keys(self, config: C4CompressConfig, **cache: Any) -> list[Any]:
-        """Keys traced from ``dispatch`` for the config's norm weight dtype (and ``cache`` inputs)."""
-        sw = 2 * self.head
-        return self.trace(
-            rms_norm_weight=Like(
-                shape=(self.head,), dtype=WarmupChoices(NORM_WEIGHT_DTYPES[config.norm_weight_dtype])
-            ),
-            state_cache=Like(shape=(1, 4, 2 * sw)),
-            cos_sin_cache=Like(shape=(1, 64)),
-            **cache,
-        )
-
-
-def _none(_: Any) -> None:
-    return None
-
-
-def _dtype_name(t: Any) -> str:
-    return str(t.dtype).removeprefix("torch.")
+#: The fields the K5 and K6 keys begin with.
+_MainKey = fixed_fields("_MainKey", head_size=512, state_width=1024, rope_head_dim=64, fp8_max=448.0,
+                        quant_block=64)
 
 
 class C4CompressDsMlaBase(C4CompressBase):
-    """K5: C4 pool (D 512) -> RMSNorm -> RoPE -> E1 -> fp8_ds_mla."""
+    """K5: C4 main compressor: pool the 8-row window at each boundary token, RMSNorm, RoPE, E1 into the
+    fp8_ds_mla cache; C4 layers with an fp8_ds_mla cache, every step.
 
-    op_name = "c4_compress_ds_mla"
+    C4 pool (D 512) -> RMSNorm -> RoPE -> E1 -> fp8_ds_mla. (The first paragraph is the op's summary.)
+    """
+
+    Operands = OPERANDS["c4_compress_ds_mla"]
     head = DS_HEAD_DIM
 
     @dataclass(frozen=True, kw_only=True)
-    class CompileKey:
-        head_size: int = fixed(512)
-        state_width: int = fixed(1024)
-        rope_head_dim: int = fixed(64)
-        fp8_max: float = fixed(448.0)
-        quant_block: int = fixed(64)
+    class CompileKey(_MainKey):
         token_stride: int = fixed(576)
         scale_dim: int = fixed(8)
         compress_ratio: int = fixed(4)
@@ -291,67 +122,21 @@ class C4CompressDsMlaBase(C4CompressBase):
 
     @staticmethod
     def applies(config: C4CompressConfig) -> bool:
-        return config.cache_block_size > 0 and config.has_c4 and config.kv_kind == "fp8_ds_mla"
-
-    def get_warmup_keys(self, config: C4CompressConfig | None = None) -> list[CompileKey]:
-        cfg = config or C4CompressConfig()
-        return self._norm_weight_keys(cfg) if self.applies(cfg) else []
-
-    @kernel_launcher
-    def __call__(
-        self,
-        state_cache: torch.Tensor,
-        token_to_req: torch.Tensor,
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        block_table: torch.Tensor,
-        state_block_size: int,
-        rms_norm_weight: torch.Tensor,
-        rms_norm_eps: float,
-        cos_sin_cache: torch.Tensor,
-        k_cache: torch.Tensor,
-        kv_slot_mapping: torch.Tensor,
-        *,
-        debug_checks: bool | None = None,
-    ) -> Any:
-        """K5 (spec): write E1 of each boundary token's compressed row; returns None.
-
-        ``debug_checks`` (default: on under the CPU interpreter, off on a GPU) also reads the
-        index arrays back: kv slots unique and in range, request rows, window block-table columns
-        and entries, rope rows.
-        """
-        return self._compress(
-            dict(rms_norm_weight=rms_norm_weight, state_cache=state_cache, cos_sin_cache=cos_sin_cache),
-            state_cache,
-            token_to_req,
-            positions,
-            slot_mapping,
-            block_table,
-            state_block_size,
-            rms_norm_weight,
-            rms_norm_eps,
-            cos_sin_cache,
-            k_cache,
-            kv_slot_mapping,
-            None,
-            None,
-            debug_checks,
-        )
+        return config.cache_block_size > 0 and config.stores(RATIO, "fp8_ds_mla")
 
 
-class C4CompressPlainBase(C4CompressBase):
-    """K6: as K5 up to the row, then E2 (bf16 cache) or E3 (e4m3 cache, ``fp8_scale``)."""
+class C4CompressPlainBase(PlainRowStore, C4CompressBase):
+    """K6: C4 main compressor into a plain-row cache (E2 bf16 or E3 e4m3); C4 layers with a bf16 / fp8
+    cache, every step.
 
-    op_name = "c4_compress_plain"
+    As K5 up to the row, then E2 (bf16 cache) or E3 (e4m3 cache, ``fp8_scale``).
+    """
+
+    Operands = OPERANDS["c4_compress_plain"]
     head = DS_HEAD_DIM
 
     @dataclass(frozen=True, kw_only=True)
-    class CompileKey:
-        head_size: int = fixed(512)
-        state_width: int = fixed(1024)
-        rope_head_dim: int = fixed(64)
-        fp8_max: float = fixed(448.0)
-        quant_block: int = fixed(64)
+    class CompileKey(_MainKey):
         compress_ratio: int = fixed(4)
         overlap: bool = fixed(True)
         #: ``kv_cache`` is float8_e4m3fn (E3); else bf16 (E2).
@@ -367,67 +152,16 @@ class C4CompressPlainBase(C4CompressBase):
             norm_weight_dtype=str(rms_norm_weight.dtype).removeprefix("torch."),
         )
 
-    @staticmethod
-    def applies(config: C4CompressConfig) -> bool:
-        return config.has_c4 and config.kv_kind != "fp8_ds_mla"
-
-    def get_warmup_keys(self, config: C4CompressConfig | None = None) -> list[CompileKey]:
-        cfg = config or C4CompressConfig()
-        if not self.applies(cfg):
-            return []
-        cache_dtype = torch.float8_e4m3fn if cfg.kv_kind == "fp8" else torch.bfloat16
-        return self._norm_weight_keys(cfg, kv_cache=Like(shape=(1, 1, DS_HEAD_DIM), dtype=cache_dtype))
-
-    @kernel_launcher
-    def __call__(
-        self,
-        state_cache: torch.Tensor,
-        token_to_req: torch.Tensor,
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        block_table: torch.Tensor,
-        state_block_size: int,
-        rms_norm_weight: torch.Tensor,
-        rms_norm_eps: float,
-        cos_sin_cache: torch.Tensor,
-        kv_cache: torch.Tensor,
-        kv_slot_mapping: torch.Tensor,
-        fp8_scale: torch.Tensor | None = None,
-        *,
-        debug_checks: bool | None = None,
-    ) -> Any:
-        """K6 (spec): write E2 / E3 of each boundary token's compressed row; returns None.
-
-        ``debug_checks`` as K5's, plus ``fp8_scale`` finite and > 0.
-        """
-        return self._compress(
-            dict(
-                rms_norm_weight=rms_norm_weight,
-                state_cache=state_cache,
-                cos_sin_cache=cos_sin_cache,
-                kv_cache=kv_cache,
-            ),
-            state_cache,
-            token_to_req,
-            positions,
-            slot_mapping,
-            block_table,
-            state_block_size,
-            rms_norm_weight,
-            rms_norm_eps,
-            cos_sin_cache,
-            kv_cache,
-            kv_slot_mapping,
-            fp8_scale,
-            None,
-            debug_checks,
-        )
 
 
 class IndexerCompressBase(C4CompressBase):
-    """K9: C4 pool (D 128) -> RMSNorm -> RoPE -> E4 (FP8) or E5 (MXFP4) indexer K cache."""
+    """K9: C4 indexer compressor (head 128): E4 FP8 or E5 MXFP4 into the indexer K cache; C4 layers, every
+    step.
 
-    op_name = "indexer_compress"
+    C4 pool (D 128) -> RMSNorm -> RoPE -> E4 (FP8) or E5 (MXFP4) indexer K cache.
+    """
+
+    Operands = OPERANDS["indexer_compress"]
     head = IDX_HEAD_DIM
 
     @dataclass(frozen=True, kw_only=True)
@@ -461,53 +195,9 @@ class IndexerCompressBase(C4CompressBase):
     def applies(config: C4CompressConfig) -> bool:
         return config.has_c4
 
-    def get_warmup_keys(self, config: C4CompressConfig | None = None) -> list[CompileKey]:
-        cfg = config or C4CompressConfig()
-        if not self.applies(cfg):
-            return []
-        return self._norm_weight_keys(cfg, use_fp4_cache=WarmupChoices(cfg.indexer_cache_dtype == "mxfp4"))
-
-    @kernel_launcher
-    def __call__(
-        self,
-        state_cache: torch.Tensor,
-        token_to_req: torch.Tensor,
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        block_table: torch.Tensor,
-        state_block_size: int,
-        rms_norm_weight: torch.Tensor,
-        rms_norm_eps: float,
-        cos_sin_cache: torch.Tensor,
-        k_cache: torch.Tensor,
-        kv_slot_mapping: torch.Tensor,
-        use_fp4_cache: bool,
-        *,
-        debug_checks: bool | None = None,
-    ) -> Any:
-        """K9 (spec): write E4 / E5 of each boundary token's compressed indexer key; returns None."""
-        return self._compress(
-            dict(
-                rms_norm_weight=rms_norm_weight,
-                state_cache=state_cache,
-                cos_sin_cache=cos_sin_cache,
-                use_fp4_cache=use_fp4_cache,
-            ),
-            state_cache,
-            token_to_req,
-            positions,
-            slot_mapping,
-            block_table,
-            state_block_size,
-            rms_norm_weight,
-            rms_norm_eps,
-            cos_sin_cache,
-            k_cache,
-            kv_slot_mapping,
-            None,
-            use_fp4_cache,
-            debug_checks,
-        )
+    def key_inputs(self, config: C4CompressConfig) -> dict[str, Any]:
+        fp4 = WarmupChoices(config.indexer_cache_dtype == "mxfp4")
+        return {**super().key_inputs(config), "use_fp4_cache": fp4}
 
 
 def _triton():  # the module (inferred, so tools follow `_triton().Class`); it imports this one
@@ -522,61 +212,11 @@ def _cutedsl():  # imported on first use: CUTLASS costs 0.5 s at import
     return cutedsl
 
 
-def _spec(
-    contract: type[C4CompressBase],
-    spec_id: str,
-    summary: str,
-    reference: Any,
-    triton_cls: KernelRef,
-    cutedsl_cls: KernelRef,
-) -> FamilySpec:
-    return FamilySpec(
-        name=contract.op_name,
-        spec_id=spec_id,
-        summary=summary,
-        op_name=contract.op_name,
-        args=ARGS[contract.op_name],
-        contract=contract,
-        variants={DEFAULT_VARIANT: Variant(reference, triton_cls, cutedsl_cls)},
-        returns="None (the entries of boundary tokens with slots >= 0 are written in place; no other byte "
-        "changes)",
-        device_arg="state_cache",
-        config_type=C4CompressConfig,
-        folder="c4_compress",
-        # The compressed cache (k_cache or kv_cache) is the one argument written.
-        mutates=tuple(a.name for a in ARGS[contract.op_name] if a.name in ("k_cache", "kv_cache")),
-    )
-
-
-SPECS: dict[str, FamilySpec] = {
-    s.name: s
-    for s in (
-        _spec(
-            C4CompressDsMlaBase,
-            "K5",
-            "C4 main compressor: pool the 8-row window at each boundary token, RMSNorm, "
-            "RoPE, E1 into the fp8_ds_mla cache; C4 layers with an fp8_ds_mla cache, every step",
-            c4_compress_ds_mla_reference,
-            lambda: _triton().C4CompressDsMlaTriton,
-            lambda: _cutedsl().C4CompressDsMlaCuTeDSL,
-        ),
-        _spec(
-            C4CompressPlainBase,
-            "K6",
-            "C4 main compressor into a plain-row cache (E2 bf16 or E3 e4m3); C4 layers "
-            "with a bf16 / fp8 cache, every step",
-            c4_compress_plain_reference,
-            lambda: _triton().C4CompressPlainTriton,
-            lambda: _cutedsl().C4CompressPlainCuTeDSL,
-        ),
-        _spec(
-            IndexerCompressBase,
-            "K9",
-            "C4 indexer compressor (head 128): E4 FP8 or E5 MXFP4 into the indexer K "
-            "cache; C4 layers, every step",
-            indexer_compress_reference,
-            lambda: _triton().IndexerCompressTriton,
-            lambda: _cutedsl().IndexerCompressCuTeDSL,
-        ),
-    )
-}
+SPECS = specs(
+    compressor_spec(C4CompressDsMlaBase, c4_compress_ds_mla_reference,
+                    lambda: _triton().C4CompressDsMlaTriton, lambda: _cutedsl().C4CompressDsMlaCuTeDSL),
+    compressor_spec(C4CompressPlainBase, c4_compress_plain_reference,
+                    lambda: _triton().C4CompressPlainTriton, lambda: _cutedsl().C4CompressPlainCuTeDSL),
+    compressor_spec(IndexerCompressBase, indexer_compress_reference,
+                    lambda: _triton().IndexerCompressTriton, lambda: _cutedsl().IndexerCompressCuTeDSL),
+)

@@ -38,16 +38,13 @@ import triton
 import triton.language as tl
 
 from dsv4kit.backends.triton import Const, FromKey, Ptr, Runtime, TritonJitKernel
-from dsv4kit.kernels.c4_compress.spec import (
-    C4CompressDsMlaBase,
-    C4CompressPlainBase,
-    CompressOperands,
-    IndexerCompressBase,
-)
+from dsv4kit.kernels.c4_compress.spec import C4CompressDsMlaBase, C4CompressPlainBase, IndexerCompressBase
+from dsv4kit.kernels.compressor.contract import LaunchOperands
 from dsv4kit.kernels.encoders.spec import key_encoder
 from dsv4kit.kernels.encoders.triton import encode_store
 
 __all__ = [
+    "STATE_POINTERS",
     "C4CompressDsMlaTriton",
     "C4CompressPlainTriton",
     "IndexerCompressTriton",
@@ -271,16 +268,23 @@ def launch_shape(t: int) -> tuple[int, int]:
     return chunk, max(1, min(triton.cdiv(t, chunk), MAX_PROGRAMS))
 
 
+#: The pointers to the state pool and the per-token arrays every pooling kernel reads (K5, K6, K9; K7
+#: in :mod:`dsv4kit.kernels.c128_compress.triton`), in its parameter order.
+STATE_POINTERS = {
+    "state_ptr": Ptr(torch.float32),  # data_ptr % 16 == 0: checked (§2.8)
+    "req_ptr": Ptr(torch.int32, aligned=False),
+    "pos_ptr": Ptr(torch.int64, aligned=False),
+    "slot_ptr": Ptr(torch.int64, aligned=False),
+    "bt_ptr": Ptr(torch.int32, aligned=False),
+}
+
+
 class _C4CompressTriton:
     """The launch K5, K6 and K9 share (a mixin): chunks of tokens per program, the key's head and encoder."""
 
     kernel_fn = c4_compress_kernel
     params = {
-        "state_ptr": Ptr(torch.float32),  # data_ptr % 16 == 0: checked (§2.8)
-        "req_ptr": Ptr(torch.int32, aligned=False),
-        "pos_ptr": Ptr(torch.int64, aligned=False),
-        "slot_ptr": Ptr(torch.int64, aligned=False),
-        "bt_ptr": Ptr(torch.int32, aligned=False),
+        **STATE_POINTERS,
         "nw_ptr": Ptr("norm_weight_dtype", aligned=False),
         "cs_ptr": Ptr(torch.float32, aligned=False),
         "kv_slot_ptr": Ptr(torch.int64, aligned=False),
@@ -309,39 +313,27 @@ class _C4CompressTriton:
     def grid(self, key: Any, args: Mapping[str, Any]) -> tuple[int, ...]:
         return (launch_shape(args["T"])[1],)
 
-    def launch_args(
-        self,
-        key,
-        token_to_req,
-        positions,
-        slot_mapping,
-        block_table,
-        rms_norm_weight,
-        cos_sin_cache,
-        kv_slot_mapping,
-        ops: CompressOperands,
-        t,
-    ) -> tuple[Any, ...]:
-        st = ops.store
+    def launch_args(self, key: Any, ops: Any, run: LaunchOperands) -> tuple[Any, ...]:
+        st = run.store
         return (
-            ops.state,
-            token_to_req,
-            positions,
-            slot_mapping,
-            block_table,
-            rms_norm_weight,
-            cos_sin_cache,
-            kv_slot_mapping,
+            run.state,
+            ops.token_to_req,
+            ops.positions,
+            ops.slot_mapping,
+            ops.block_table,
+            ops.rms_norm_weight,
+            ops.cos_sin_cache,
+            ops.kv_slot_mapping,
             st.cache,
             st.scale,
-            ops.sbs,
-            ops.block_stride,
-            ops.bt_stride,
-            ops.eps,
+            run.sbs,
+            run.block_stride,
+            run.bt_stride,
+            run.eps,
             st.kv_bs,
             st.page_stride,
-            t,
-            launch_shape(t)[0],
+            run.t,
+            launch_shape(run.t)[0],
         )
 
 

@@ -9,30 +9,93 @@ followed by "encode y" with the store hooks' encoders. Pooling, softmax and norm
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from dsv4kit.errors import input_error
+from dsv4kit.family.schema import Arg
 from dsv4kit.formats.checks import (
     check_contiguous,
     check_dtype,
     check_ndim,
     check_per_token,
     check_positive_float,
+    check_same_device,
     check_unique,
     check_values_in_range,
 )
+from dsv4kit.formats.ds_mla import check_ds_cache, enc_ds, write_ds_entries
+from dsv4kit.formats.indexer_cache import check_indexer_cache, write_indexer_rows
+from dsv4kit.formats.plain_row import check_fp8_scale, check_plain_cache, write_plain_rows
 from dsv4kit.formats.rope import ROPE_DIM, compressed_position, rope_rotate
 from dsv4kit.formats.state_cache import check_state_cache, pool_windows, rmsnorm, window_rows
 
 __all__ = [
+    "FP8_SCALE",
+    "KV_CACHE",
+    "KV_SLOT_MAPPING",
+    "SLOT_MAPPING",
+    "TOKEN_TO_REQ",
+    "block_table_arg",
+    "ds_cache_arg",
+    "norm_rope_args",
+    "positions_arg",
     "check_compressor_inputs",
     "check_norm_rope_inputs",
     "check_rope_rows",
+    "check_store_inputs",
+    "check_values",
     "check_window_rows",
     "compress_rows",
     "norm_rope_rows",
     "selected_tokens",
+    "store_rows",
+    "stored_reference",
 ]
+
+# --------------------------------------------------------------------------- argument rows
+# The rows the compressors' argument tables (K5..K9) share; a row's text names the op's ratio.
+
+TOKEN_TO_REQ = Arg("token_to_req", "tensor", (torch.int32,), "[T]",
+                   "request row of block_table; debug: in range")
+SLOT_MAPPING = Arg("slot_mapping", "tensor", (torch.int64,), "[T]", "state slots; < 0 = padding (skipped)")
+KV_SLOT_MAPPING = Arg("kv_slot_mapping", "tensor", (torch.int64,), "[T]",
+                      "compressed-cache slots; < 0 = skip; debug: unique, < num_pages * kv_bs")
+KV_CACHE = Arg("kv_cache", "tensor", (torch.bfloat16, torch.float8_e4m3fn), "[num_pages, kv_bs, 512]",
+               "plain rows: strides (P, 512, 1), P % 16 == 0, data_ptr % 16 == 0")
+FP8_SCALE = Arg("fp8_scale", "tensor", (torch.float32,), "[1]",
+                "required iff kv_cache is e4m3 (E3); debug: finite and > 0", optional=True, default=None)
+_DS_RULE = "fp8_ds_mla (§2.10): strides (P, 584, 1), P % 576 == 0, P >= 584 kv_bs, data_ptr % 32 == 0"
+
+
+def positions_arg(ratio: int) -> Arg:
+    return Arg("positions", "tensor", (torch.int64,), "[T]",
+               f"defines T; boundary tokens: (p + 1) % {ratio} == 0")
+
+
+def block_table_arg(window: str) -> Arg:
+    """``window``: the block-table columns a window reads, as the debug checks name them."""
+    return Arg("block_table", "tensor", (torch.int32,), "[num_reqs, max_state_blocks]",
+               f"state block table, stride(1) == 1; debug: {window} and entries in range")
+
+
+def norm_rope_args(head: int, ratio: int) -> tuple[Arg, Arg, Arg]:
+    """``rms_norm_weight``, ``rms_norm_eps``, ``cos_sin_cache`` of an op normalizing ``head`` columns."""
+    return (
+        Arg("rms_norm_weight", "tensor", (torch.bfloat16, torch.float32), f"[{head}]",
+            "contiguous; its dtype is a key field"),
+        Arg("rms_norm_eps", "float", rule="> 0"),
+        Arg("cos_sin_cache", "tensor", (torch.float32,), "[max_pos, 64]",
+            "the layer's compress RoPE cache, fp32 only (trap 1: bf16 raises); debug: "
+            f"(p // {ratio}) * {ratio} < max_pos"),
+    )
+
+
+def ds_cache_arg(more: str = "") -> Arg:
+    """``k_cache`` of an fp8_ds_mla store; ``more``: what else its rule says."""
+    return Arg("k_cache", "tensor", (torch.uint8,), "[num_pages, kv_bs, 584]", _DS_RULE + more)
+
 
 # --------------------------------------------------------------------------- validation
 
@@ -60,20 +123,10 @@ def _check_cos_sin_fp32(kernel: str, cs: torch.Tensor) -> None:
     check_contiguous(kernel, "cos_sin_cache", cs)
 
 
-def check_compressor_inputs(
-    kernel: str,
-    state_cache: torch.Tensor,
-    token_to_req: torch.Tensor,
-    positions: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    block_table: torch.Tensor,
-    state_block_size: int | None,
-    state_width: int,
-) -> int:
-    """Checks shared by K5, K6, K7 and K9 (state cache and per-token arrays); returns T.
-
-    ``state_block_size=None`` (K7) skips the block-size argument check.
-    """
+def check_compressor_inputs(kernel: str, ops: Any, state_block_size: int | None, state_width: int) -> int:
+    """Checks shared by K5, K6, K7 and K9 (the state cache and per-token arrays of the record
+    ``ops``); returns T. ``state_block_size=None`` (K7) skips the block-size argument check."""
+    positions, state_cache = ops.positions, ops.state_cache
     check_per_token(kernel, "positions", positions, torch.int64, None)
     t = positions.shape[0]
     check_state_cache(kernel, "state_cache", state_cache, state_width)
@@ -84,20 +137,36 @@ def check_compressor_inputs(
         raise input_error(
             kernel, "state_block_size", f"state_cache.shape[1] ({state_cache.shape[1]})", state_block_size
         )
-    check_per_token(kernel, "token_to_req", token_to_req, torch.int32, t)
-    check_per_token(kernel, "slot_mapping", slot_mapping, torch.int64, t)
-    _check_block_table(kernel, block_table)
+    check_per_token(kernel, "token_to_req", ops.token_to_req, torch.int32, t)
+    check_per_token(kernel, "slot_mapping", ops.slot_mapping, torch.int64, t)
+    _check_block_table(kernel, ops.block_table)
     return t
 
 
-def check_norm_rope_inputs(
-    kernel: str, rms_norm_weight: torch.Tensor, rms_norm_eps: float, cos_sin_cache: torch.Tensor, dim: int
-) -> float:
-    """Checks of the norm weight / eps / fp32 cos_sin cache; returns eps as a float."""
-    _check_norm_weight(kernel, rms_norm_weight, dim)
-    eps = check_positive_float(kernel, "rms_norm_eps", rms_norm_eps)
-    _check_cos_sin_fp32(kernel, cos_sin_cache)
+def check_norm_rope_inputs(kernel: str, ops: Any, dim: int) -> float:
+    """Checks of the record's norm weight / eps / fp32 cos_sin cache; returns eps as a float."""
+    _check_norm_weight(kernel, ops.rms_norm_weight, dim)
+    eps = check_positive_float(kernel, "rms_norm_eps", ops.rms_norm_eps)
+    _check_cos_sin_fp32(kernel, ops.cos_sin_cache)
     return eps
+
+
+def check_store_inputs(kernel: str, ops: Any, t: int, kv_slots: bool = True) -> None:
+    """Checks of the record's compressed cache (fp8_ds_mla, plain rows or indexer K, by its
+    argument's name and the op), its kv slots (unless ``kv_slots`` is false: the caller checked
+    them), ``fp8_scale`` (metadata) and every tensor's device."""
+    plain = ops.kv_cache
+    if plain is not None:
+        check_plain_cache(kernel, "kv_cache", plain)
+    elif ops.use_fp4_cache is not None:
+        check_indexer_cache(kernel, "k_cache", ops.k_cache)
+    else:
+        check_ds_cache(kernel, "k_cache", ops.k_cache)
+    if kv_slots:
+        check_per_token(kernel, "kv_slot_mapping", ops.kv_slot_mapping, torch.int64, t)
+    check_same_device(kernel, ops.tensors())
+    if plain is not None:
+        check_fp8_scale(kernel, plain, ops.fp8_scale, check_value=False)
 
 
 def selected_tokens(
@@ -124,19 +193,53 @@ def selected_tokens(
     return torch.nonzero(sel).flatten()
 
 
+def check_values(kernel: str, ops: Any, ratio: int, overlap: bool, head: int) -> torch.Tensor:
+    """The checks that read device memory (debug, and always in the reference) of the record
+    ``ops``: live positions >= 0; kv slots unique and in range; ``fp8_scale`` finite and > 0;
+    for the tokens that write an entry, request rows, the window's block-table columns and
+    entries (the ops that pool), rope rows (the ops that rotate). Returns those tokens' indices."""
+    cache = ops.cache
+    capacity = None if cache is None else cache.shape[0] * cache.shape[1]
+    idx = selected_tokens(kernel, ops.positions, ops.slot_mapping, ops.kv_slot_mapping, ratio, capacity)
+    if ops.fp8_scale is not None:
+        check_fp8_scale(kernel, cache, ops.fp8_scale)
+    if idx.numel():
+        p = ops.positions[idx]
+        if ops.state_cache is not None:
+            check_window_rows(kernel, ops.state_cache, ops.block_table, ops.token_to_req[idx], p, ratio,
+                              overlap, head)
+        if ops.cos_sin_cache is not None:
+            check_rope_rows(kernel, p, ratio, ops.cos_sin_cache)
+    return idx
+
+
+def stored_reference(ops: Any, check: Any, rows: Any, ratio: int, overlap: bool, head: int) -> None:
+    """A storing compressor's reference (K5, K6, K8a, K8b, K9) of the record ``ops``: the metadata
+    checks (``check(kernel, ops) -> (T, eps)``), the value checks, the fp32 rows of the tokens that
+    write an entry (``rows(kernel, ops, eps, idx)``), encoded into the cache."""
+    t, eps = check(ops.op, ops)
+    if t:
+        idx = check_values(ops.op, ops, ratio, overlap, head)
+        if idx.numel():
+            store_rows(ops, ops.kv_slot_mapping[idx], rows(ops.op, ops, eps, idx))
+
+
+def store_rows(ops: Any, slots: torch.Tensor, y: torch.Tensor) -> None:
+    """Encode the fp32 rows ``y`` into the record's cache at ``slots``: E1 (fp8_ds_mla), E2 / E3
+    (plain rows, ``fp8_scale``) or E4 / E5 (indexer K, ``use_fp4_cache``)."""
+    if ops.kv_cache is not None:
+        write_plain_rows(ops.kv_cache, slots, y, ops.fp8_scale)
+    elif ops.use_fp4_cache is not None:
+        write_indexer_rows(ops.k_cache, slots, y, ops.use_fp4_cache)
+    else:
+        write_ds_entries(ops.k_cache, slots, enc_ds(y))
+
+
 # --------------------------------------------------------------------------- row computation
 
 
-def compress_rows(
-    kernel: str,
-    state_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    req: torch.Tensor,
-    positions: torch.Tensor,
-    ratio: int,
-    overlap: bool,
-    head_dim: int,
-) -> torch.Tensor:
+def compress_rows(kernel: str, state_cache: torch.Tensor, block_table: torch.Tensor, req: torch.Tensor,
+                  positions: torch.Tensor, ratio: int, overlap: bool, head_dim: int) -> torch.Tensor:
     """``pool(...)`` of §2.8 for each selected token: fp32 ``[n, head_dim]``.
 
     ``req``/``positions`` are the selected tokens' request rows and positions; request rows and
