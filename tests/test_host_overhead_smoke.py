@@ -1,4 +1,5 @@
-"""benchmarks/host_overhead.py on CPU: every path timed, a profile kept, the no-op executors gone after."""
+"""benchmarks/host_overhead.py on CPU: every path timed, a profile kept, the no-op executors gone after;
+the three serving regimes timed and the record's provenance."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ def script():
 
 
 def test_host_overhead_times_four_paths_and_leaves_no_noop_executor(script, tmp_path: Path) -> None:
-    argv = ["--out", str(tmp_path), "--families", "rowquant", "--calls", "5", "--repeats", "1"]
+    argv = ["--out", str(tmp_path), "--families", "rowquant", "--calls", "5", "--repeats", "1",
+            "--only", "paths"]
     assert script.main(argv) == 0
     result = json.loads((tmp_path / "host_overhead.json").read_text())
     (row,) = result["rows"]
@@ -41,8 +43,12 @@ def test_a_real_executor_needs_a_gpu(script, tmp_path: Path) -> None:
 def test_the_record_carries_the_kernel_source_hash_of_what_it_timed(script, tmp_path: Path) -> None:
     from dsv4kit.results import kernel_source_hash
 
-    argv = ["--out", str(tmp_path), "--families", "rowquant", "--calls", "2", "--repeats", "1"]
+    argv = ["--out", str(tmp_path), "--families", "rowquant", "--calls", "2", "--repeats", "1",
+            "--only", "regimes"]
     assert script.main(argv) == 0
-    prov = json.loads((tmp_path / "host_overhead.json").read_text())["provenance"]
+    record = json.loads((tmp_path / "host_overhead.json").read_text())
+    (row,) = record["regimes"]
+    assert row["op"] == "rowquant" and all(row[f"{r} us"] > 0 for r in ("fixed", "cycle", "new shape"))
+    prov = record["provenance"]
     assert prov["family"] == ["rowquant"]
     assert prov["kernel_source_hash"] == {"rowquant": kernel_source_hash("rowquant")}
