@@ -103,7 +103,7 @@ def kernel_launcher(fn: Callable[..., Any] | None = None, *, bind_launch_inputs:
             plans = plans_of(self)
             sight = take_sight()  # the op's hint: FIRST skips the plan lookups, PLAN plans this call
             if sight is FIRST:
-                return launch(self, args, kwargs, None)
+                return full_path(self, args, kwargs, None)
             if plans.hot and _STATE["enabled"]:
                 # a hot entry exists only for a plannable call, and plannable's other inputs are
                 # fixed per kernel object or checked by the guard (debug_checks' value)
@@ -122,10 +122,10 @@ def kernel_launcher(fn: Callable[..., Any] | None = None, *, bind_launch_inputs:
                     del plans[described[0]]  # its executor was cleared: the full path reports a miss
             # planned on its second call (the op's PLAN: the op saw it before)
             plan_it = described is not None and (sight is PLAN or plans.seen_before(described[0]))
-            return launch(self, args, kwargs, described if plan_it else None)
+            return full_path(self, args, kwargs, described if plan_it else None)
 
-        def launch(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-                   described: tuple[tuple[Any, ...], list[Any]] | None) -> Any:
+        def full_path(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                      described: tuple[tuple[Any, ...], list[Any]] | None) -> Any:
             """The full path: ``__call__``'s checks and spec, the launch; with ``described`` (the
             call's signature and tensors), the launch is planned."""
             spec = as_launch_spec(call(self, *args, **kwargs), type(self).__name__)
