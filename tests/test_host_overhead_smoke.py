@@ -17,11 +17,15 @@ def script():
     return load_benchmark("host_overhead")
 
 
-def test_host_overhead_times_four_paths_and_leaves_no_noop_executor(script, tmp_path: Path) -> None:
-    argv = ["--out", str(tmp_path), "--families", "rowquant", "--calls", "5", "--repeats", "1",
-            "--only", "paths"]
+def _rowquant_record(script, out: Path, only: str) -> dict:
+    """``host_overhead.py`` on rowquant alone, few calls, one of its parts; the record it wrote."""
+    argv = ["--out", str(out), "--families", "rowquant", "--calls", "3", "--repeats", "1", "--only", only]
     assert script.main(argv) == 0
-    result = json.loads((tmp_path / "host_overhead.json").read_text())
+    return json.loads((out / "host_overhead.json").read_text())
+
+
+def test_host_overhead_times_four_paths_and_leaves_no_noop_executor(script, tmp_path: Path) -> None:
+    result = _rowquant_record(script, tmp_path, "paths")
     (row,) = result["rows"]
     assert row["op"] == "rowquant" and row["executor"] == "noop" and row["backend"] == "triton"
     assert all(row[f"{p} us"] > 0 for p in ("op full", "op planned", "kernel full", "kernel planned"))
@@ -43,10 +47,7 @@ def test_a_real_executor_needs_a_gpu(script, tmp_path: Path) -> None:
 def test_the_record_carries_the_kernel_source_hash_of_what_it_timed(script, tmp_path: Path) -> None:
     from dsv4kit.results import kernel_source_hash
 
-    argv = ["--out", str(tmp_path), "--families", "rowquant", "--calls", "2", "--repeats", "1",
-            "--only", "regimes"]
-    assert script.main(argv) == 0
-    record = json.loads((tmp_path / "host_overhead.json").read_text())
+    record = _rowquant_record(script, tmp_path, "regimes")
     (row,) = record["regimes"]
     assert row["op"] == "rowquant" and all(row[f"{r} us"] > 0 for r in ("fixed", "cycle", "new shape"))
     prov = record["provenance"]
