@@ -176,7 +176,7 @@ class PlanTable(dict):  # type: ignore[type-arg]
         pid = id(plan)
         guard = self.bound.get(pid)
         # bound for another dispatch state (inference mode, requires_grad) than these tensors': rebind
-        if guard is None or not getattr(guard, "tensors_pass", lambda *ts: False)(*tensors):
+        if guard is None or not guard.tensors_pass(*tensors):
             guard = self.bound[pid] = plan.guard.bind(tensors) if plan.guard is not None else None
         if guard is not None:
             self.hot = ((plan, guard), *(h for h in self.hot[: HOT] if h[0] is not plan))[:HOT]
@@ -349,7 +349,7 @@ def _share_pattern(bases: tuple[int, ...]) -> tuple[int, ...]:
 _PLAIN = (int, str, bool, type(None), torch.dtype, float)
 
 
-def _tuple_getter(positions: list[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+def _tuple_getter(positions: tuple[int, ...] | list[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
     """``itemgetter`` that returns a tuple for one position too."""
     if len(positions) == 1:
         j = positions[0]
@@ -360,8 +360,7 @@ def _tuple_getter(positions: list[int]) -> Callable[[tuple[Any, ...]], tuple[Any
 def _make_guard(sig: SignatureGuard, check: Callable[..., bool]) -> Callable[..., Any]:
     """The closure :meth:`SignatureGuard.bind` returns (see the class docstring)."""
     nargs, keys = sig._nargs, tuple(sig._keys)
-    pick = operator.itemgetter(*sig._tensors) if sig._tensors else None
-    single = len(sig._tensors) == 1
+    pick = _tuple_getter(sig._tensors) if sig._tensors else None
     plain = [(j, tp, want) for j, tp, want, sign in sig._scalars if tp in _PLAIN and sign is None]
     others = tuple(x for x in sig._scalars if not (x[1] in _PLAIN and x[3] is None))
     pick_plain = _tuple_getter([j for j, _, _ in plain]) if plain else None
@@ -379,7 +378,7 @@ def _make_guard(sig: SignatureGuard, check: Callable[..., bool]) -> Callable[...
         vals = args + tuple(kwargs.values()) if keys else args
         try:
             # the tensors first: a call of other sizes (the usual miss) fails there, in C++
-            ts = () if pick is None else (pick(vals),) if single else pick(vals)
+            ts = () if pick is None else pick(vals)
             if ts and not check(*ts):
                 return None
             if pick_plain is not None:
