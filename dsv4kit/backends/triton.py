@@ -165,6 +165,23 @@ def _c_launch(run: Any) -> tuple[Callable[..., Any], bool, bool] | None:
     return run.launch, bool(run.launch_cooperative_grid), bool(run.launch_pdl)
 
 
+@dataclass(frozen=True)
+class _WarmLaunch:
+    """What a direct launch of one warmed key reads, set up once per launcher: the
+    ``CompiledKernel``, its C launch (None: go through ``CompiledKernel.run``) with the
+    cooperative-grid and PDL flags, each call argument's slot among the kernel's parameters, and the
+    device it was warmed on with the driver's current-device and current-stream getters."""
+
+    ck: Any
+    c_launch: Callable[..., Any] | None
+    coop: bool
+    pdl: bool
+    slots: tuple[int, ...]
+    device: int
+    get_device: Callable[[], int]
+    get_stream: Callable[[int], int]
+
+
 def _no_hook(hook: Any) -> bool:
     """Whether a launch hook of ``knobs.runtime`` would do nothing: None, or an empty ``HookChain``."""
     return hook is None or (type(hook) is knobs.HookChain and not hook.calls)
@@ -537,28 +554,35 @@ class TritonJitKernel(JitKernel[K]):
 
         return ok
 
+    def _warm_launch(self, key: K) -> _WarmLaunch | None:
+        """The launch pieces of the warmed ``CompiledKernel`` of ``key`` (None: no binary kept)."""
+        art = self.artifact(key)
+        ck = None if art is None else art.executable
+        if ck is None:
+            return None
+        ck._init_handles()
+        c_launch, coop, pdl = _c_launch(ck.run) or (None, False, False)
+        at = {p.name: i for i, p in enumerate(self.kernel_fn.params)}
+        drv = triton.runtime.driver.active
+        return _WarmLaunch(ck, c_launch, coop, pdl, tuple(at[n] for n in self._call_params()),
+                           drv.get_current_device(), drv.get_current_device, drv.get_current_stream)
+
     def _key_launch(self, key: K) -> Callable[[tuple[Any, ...]], bool] | None:
         """``launch(call_args)`` of the warmed ``CompiledKernel`` of ``key``, returning False (having
         launched nothing) where the call needs ``JITFunction.run``: another specialization, another
         current device than the warmed one, launch hooks registered. None: no direct launch here
         (another launcher class, or per-launch scratch). The grid is computed per call; the rest of
         ``JITFunction.run`` (binding, specialization, cache key and lookup) is what it skips."""
-        art = self.artifact(key)
-        direct = None if art is None or art.executable is None else _c_launch(art.executable.run)
-        if direct is None:
+        warm = self._warm_launch(key)
+        if warm is None or warm.c_launch is None:
             return None
-        ck = art.executable
-        ck._init_handles()
-        c_launch, coop, pdl = direct
         spec_ok = self.specialization_check(key)
         names = self._call_params()
-        at = {p.name: i for i, p in enumerate(self.kernel_fn.params)}
-        slots = tuple(at[n] for n in names)
         template = self._full_args(key, tuple(None for _ in names))
-        grid_of, function, packed, runtime = self.grid, ck.function, ck.packed_metadata, knobs.runtime
-        drv = triton.runtime.driver.active
-        get_device, get_stream = drv.get_current_device, drv.get_current_stream
-        device = get_device()
+        grid_of, runtime = self.grid, knobs.runtime
+        c_launch, coop, pdl, slots = warm.c_launch, warm.coop, warm.pdl, warm.slots
+        function, packed = warm.ck.function, warm.ck.packed_metadata
+        get_device, get_stream, device = warm.get_device, warm.get_stream, warm.device
 
         def launch(call_args: tuple[Any, ...]) -> bool:
             if (not spec_ok(call_args) or get_device() != device or not _no_hook(runtime.launch_enter_hook)
@@ -595,24 +619,17 @@ class TritonJitKernel(JitKernel[K]):
         plan's, the call goes through the executor (``JITFunction.run``) instead.
         """
         full = self._full_args(key, call_args)
-        art = self.artifact(key)
         warmed = type(self)._variants.get(self.target, {}).get(key)
-        if art is None or warmed is None or self.variant(key, full) != warmed:
+        warm = self._warm_launch(key) if warmed is not None and self.variant(key, full) == warmed else None
+        if warm is None:
             return super().plan_launcher(key, executor, call_args)
-        ck = art.executable
-        ck._init_handles()
         names = self._call_params()
-        params = [p.name for p in self.kernel_fn.params]
-        slots = [params.index(n) for n in names]
         dtypes = {i: a.dtype for i, a in enumerate(call_args) if isinstance(self.params[names[i]], Ptr)}
         grid = tuple(self.grid(key, self._named(call_args)))
         g0, g1, g2 = (*grid, 1, 1)[:3]
-        drv = triton.runtime.driver.active
-        get_device, get_stream = drv.get_current_device, drv.get_current_stream
-        device = get_device()
+        ck, c_launch, coop, pdl, slots = warm.ck, warm.c_launch, warm.coop, warm.pdl, warm.slots
         run, function, packed, runtime = ck.run, ck.function, ck.packed_metadata, knobs.runtime
-        direct = _c_launch(run)
-        c_launch, coop, pdl = direct or (None, False, False)
+        get_device, get_stream, device = warm.get_device, warm.get_stream, warm.device
         template = list(full)
 
         def launch(args: list[Any]) -> None:
