@@ -19,19 +19,7 @@ from dsv4kit.kernels.c128_compress.spec import (
     C128StoreDsMlaBase,
     C128StorePlainBase,
 )
-from dsv4kit.model.hooks._compressor import (
-    block_table_spec,
-    cache_arg,
-    explain_dead,
-    fp8_scale_spec,
-    gated,
-    kv_slots_spec,
-    norm_rope_args,
-    request_spec,
-    state_spec,
-    token_args,
-    unused_plain,
-)
+from dsv4kit.model.hooks import _compressor as shared
 from dsv4kit.model.hooks.base import ModelHooks, Site
 
 if TYPE_CHECKING:
@@ -60,10 +48,10 @@ def _compress_sites(stack: DSv4AttentionStack, layer: AttentionLayer, step: Step
     """K7: every step, every token (padding: slot -1), after K4 wrote the step's state rows."""
     t = step.padded_tokens
     args = {
-        "state_cache": state_spec(t, DS_HEAD_DIM, STATE_BLOCK_SIZE),
-        "token_to_req": request_spec(step),
-        **token_args(step),
-        "block_table": block_table_spec(stack, STATE_BLOCK_SIZE),
+        "state_cache": shared.state_spec(t, DS_HEAD_DIM, STATE_BLOCK_SIZE),
+        "token_to_req": shared.request_spec(step),
+        **shared.token_args(step),
+        "block_table": shared.block_table_spec(stack, STATE_BLOCK_SIZE),
         "out": _compressed_kv(t),
     }
     return [Site("compress_main", args)]
@@ -74,16 +62,16 @@ def _store_sites(op: str) -> CallSites:
         """K8: every step, every token, after K7 (boundary rows only are read and stored)."""
         t = step.padded_tokens
         plain = op == C128StorePlainBase.op_name
-        cache_name, cache, capacity = cache_arg(stack, RATIO, "plain" if plain else "ds")
+        cache_name, cache, capacity = shared.cache_arg(stack, RATIO, "plain" if plain else "ds")
         args: dict[str, Any] = {
             "compressed_kv": _compressed_kv(t),
-            **token_args(step),
-            "kv_slot_mapping": kv_slots_spec(step, RATIO, capacity),
-            **norm_rope_args(stack, DS_HEAD_DIM),
+            **shared.token_args(step),
+            "kv_slot_mapping": shared.kv_slots_spec(step, RATIO, capacity),
+            **shared.norm_rope_args(stack, DS_HEAD_DIM),
             cache_name: cache,
         }
         if plain:
-            args["fp8_scale"] = fp8_scale_spec(stack)
+            args["fp8_scale"] = shared.fp8_scale_spec(stack)
         return [Site("store_main", args)]
 
     return call_sites
@@ -97,8 +85,8 @@ def _unused_ds(stack: DSv4AttentionStack) -> str | None:
 
 def _hooks(contract: Contract, call_sites: CallSites,
            unused: Callable[[DSv4AttentionStack], str | None] | None = None) -> ModelHooks:
-    return ModelHooks(config=gated(_config, contract.applies), call_sites=call_sites,
-                      explain_dead=explain_dead, **({"unused": unused} if unused else {}))
+    return ModelHooks(config=shared.gated(_config, contract.applies), call_sites=call_sites,
+                      explain_dead=shared.explain_dead, **({"unused": unused} if unused else {}))
 
 
 HOOKS: dict[str, ModelHooks] = {
@@ -106,5 +94,5 @@ HOOKS: dict[str, ModelHooks] = {
     C128StoreDsMlaBase.op_name: _hooks(C128StoreDsMlaBase, _store_sites(C128StoreDsMlaBase.op_name),
                                        _unused_ds),
     C128StorePlainBase.op_name: _hooks(C128StorePlainBase, _store_sites(C128StorePlainBase.op_name),
-                                       unused_plain("K8b", "K8a")),
+                                       shared.unused_plain("K8b", "K8a")),
 }

@@ -16,20 +16,7 @@ from dsv4kit.kernels.c4_compress.spec import (
     C4CompressPlainBase,
     IndexerCompressBase,
 )
-from dsv4kit.model.hooks._compressor import (
-    CacheKind,
-    block_table_spec,
-    cache_arg,
-    explain_dead,
-    fp8_scale_spec,
-    gated,
-    kv_slots_spec,
-    norm_rope_args,
-    request_spec,
-    state_spec,
-    token_args,
-    unused_plain,
-)
+from dsv4kit.model.hooks import _compressor as shared
 from dsv4kit.model.hooks.base import ModelHooks, Site
 
 if TYPE_CHECKING:
@@ -41,7 +28,7 @@ __all__ = ["HOOKS"]
 CallSites = Callable[["DSv4AttentionStack", "AttentionLayer", "Step"], list[Site]]
 
 #: The cache each op writes.
-_CACHE_KIND: dict[str, CacheKind] = {
+_CACHE_KIND: dict[str, shared.CacheKind] = {
     C4CompressDsMlaBase.op_name: "ds",
     C4CompressPlainBase.op_name: "plain",
     IndexerCompressBase.op_name: "indexer",
@@ -62,19 +49,19 @@ def _sites(op: str, head: int, site: str) -> CallSites:
         p, t = stack.preset, step.padded_tokens
         comp = p.indexer if head == IDX_HEAD_DIM else p.c4
         sbs = comp.state_block_size
-        cache_name, cache, capacity = cache_arg(stack, RATIO, _CACHE_KIND[op])
+        cache_name, cache, capacity = shared.cache_arg(stack, RATIO, _CACHE_KIND[op])
         args = {
-            "state_cache": state_spec(t, 2 * head, sbs),
-            "token_to_req": request_spec(step),
-            **token_args(step),
-            "block_table": block_table_spec(stack, sbs),
+            "state_cache": shared.state_spec(t, 2 * head, sbs),
+            "token_to_req": shared.request_spec(step),
+            **shared.token_args(step),
+            "block_table": shared.block_table_spec(stack, sbs),
             "state_block_size": sbs,
-            **norm_rope_args(stack, head),
+            **shared.norm_rope_args(stack, head),
             cache_name: cache,
-            "kv_slot_mapping": kv_slots_spec(step, RATIO, capacity),
+            "kv_slot_mapping": shared.kv_slots_spec(step, RATIO, capacity),
         }
         if op == C4CompressPlainBase.op_name:
-            args["fp8_scale"] = fp8_scale_spec(stack)
+            args["fp8_scale"] = shared.fp8_scale_spec(stack)
         if op == IndexerCompressBase.op_name:
             args["use_fp4_cache"] = stack.indexer_cache_dtype == "mxfp4"
         return [Site(site, args)]
@@ -95,13 +82,14 @@ def _unused_ds(stack: DSv4AttentionStack) -> str | None:
 
 def _hooks(contract: type[C4CompressBase], site: str,
            unused: Callable[[DSv4AttentionStack], str | None] | None = None) -> ModelHooks:
-    return ModelHooks(config=gated(_config, contract.applies),
+    return ModelHooks(config=shared.gated(_config, contract.applies),
                       call_sites=_sites(contract.op_name, contract.head, site),
-                      explain_dead=explain_dead, **({"unused": unused} if unused else {}))
+                      explain_dead=shared.explain_dead, **({"unused": unused} if unused else {}))
 
 
 HOOKS: dict[str, ModelHooks] = {
     C4CompressDsMlaBase.op_name: _hooks(C4CompressDsMlaBase, "compress_main", _unused_ds),
-    C4CompressPlainBase.op_name: _hooks(C4CompressPlainBase, "compress_main", unused_plain("K6", "K5")),
+    C4CompressPlainBase.op_name: _hooks(C4CompressPlainBase, "compress_main",
+                                        shared.unused_plain("K6", "K5")),
     IndexerCompressBase.op_name: _hooks(IndexerCompressBase, "compress_indexer"),
 }
