@@ -180,45 +180,57 @@ def judge_entries(
         start = page * page_bytes + off + entry * mult
         judged[(start[:, None] + torch.arange(size)).flatten()] = True
     other_equal = bool(torch.equal(rg[~judged], rw[~judged]))
-    reports = _reports(kind, got, want, slots.cpu(), m, y, fp8_scale, use_fp4) if len(slots) else {}
+    slots = slots.cpu()
+    if not len(slots):
+        reports: dict[str, RuleReport] = {}
+    elif kind == "ds":
+        reports = _ds_reports(got, want, slots, m, y)
+    elif kind == "plain":
+        reports = _plain_reports(got, want, slots, m, fp8_scale)
+    else:
+        reports = _indexer_reports(got, want, slots, m, y, use_fp4)
     return Verdict(label, reports, len(slots), other_equal)
 
 
-def _reports(
-    kind: str,
-    got: torch.Tensor,
-    want: torch.Tensor,
-    slots: torch.Tensor,
-    m: torch.Tensor,
-    y: torch.Tensor,
-    fp8_scale: torch.Tensor | None,
-    fp4: bool,
-) -> dict[str, RuleReport]:
+def _ds_reports(got: torch.Tensor, want: torch.Tensor, slots: torch.Tensor, m: torch.Tensor,
+                y: torch.Tensor) -> dict[str, RuleReport]:
+    """fp8_ds_mla entries (E1): the e4m3 nope dims under their ue8m0 block scales, the bf16 rope dims."""
     from dsv4kit.formats.ds_mla import decode_ds_entries, read_ds_entries
-    from dsv4kit.formats.indexer_cache import read_indexer_entries
-    from dsv4kit.formats.plain_row import read_plain_rows
 
     n = len(slots)
-    if kind == "ds":
-        (ea, _), (eb, _) = read_ds_entries(got, slots), read_ds_entries(want, slots)
-        da, db = decode_ds_entries(ea), decode_ds_entries(eb)
-        sa = ue8m0_decode(ea.scales).repeat_interleave(64, dim=1)
-        sb = ue8m0_decode(eb.scales).repeat_interleave(64, dim=1)
-        amax = y[:, :448].abs().reshape(n, 7, 64).amax(-1)
-        bnd = boundary_blocks(amax, q8_exponent).repeat_interleave(64, dim=1)
-        return {
-            "nope": check_compressor_rule(
-                da[:, :448], db[:, :448], m[:, :448], e4m3_step, scale_a=sa, scale_b=sb, boundary=bnd
-            ),
-            "rope": check_compressor_rule(da[:, 448:], db[:, 448:], m[:, 448:], bf16_ulp),
-        }
-    if kind == "plain":
-        scale = None if fp8_scale is None else fp8_scale.cpu()
-        va, vb = read_plain_rows(got, slots, scale), read_plain_rows(want, slots, scale)
-        if scale is None:
-            return {"rows": check_compressor_rule(va, vb, m, bf16_ulp)}
-        s = torch.full_like(va, float(scale[0]))
-        return {"rows": check_compressor_rule(va, vb, m, e4m3_step, scale_a=s, scale_b=s)}
+    (ea, _), (eb, _) = read_ds_entries(got, slots), read_ds_entries(want, slots)
+    da, db = decode_ds_entries(ea), decode_ds_entries(eb)
+    sa = ue8m0_decode(ea.scales).repeat_interleave(64, dim=1)
+    sb = ue8m0_decode(eb.scales).repeat_interleave(64, dim=1)
+    amax = y[:, :448].abs().reshape(n, 7, 64).amax(-1)
+    bnd = boundary_blocks(amax, q8_exponent).repeat_interleave(64, dim=1)
+    return {
+        "nope": check_compressor_rule(
+            da[:, :448], db[:, :448], m[:, :448], e4m3_step, scale_a=sa, scale_b=sb, boundary=bnd
+        ),
+        "rope": check_compressor_rule(da[:, 448:], db[:, 448:], m[:, 448:], bf16_ulp),
+    }
+
+
+def _plain_reports(got: torch.Tensor, want: torch.Tensor, slots: torch.Tensor, m: torch.Tensor,
+                   fp8_scale: torch.Tensor | None) -> dict[str, RuleReport]:
+    """Plain rows: bf16 (E2), or e4m3 under the per-tensor ``fp8_scale`` (E3)."""
+    from dsv4kit.formats.plain_row import read_plain_rows
+
+    scale = None if fp8_scale is None else fp8_scale.cpu()
+    va, vb = read_plain_rows(got, slots, scale), read_plain_rows(want, slots, scale)
+    if scale is None:
+        return {"rows": check_compressor_rule(va, vb, m, bf16_ulp)}
+    s = torch.full_like(va, float(scale[0]))
+    return {"rows": check_compressor_rule(va, vb, m, e4m3_step, scale_a=s, scale_b=s)}
+
+
+def _indexer_reports(got: torch.Tensor, want: torch.Tensor, slots: torch.Tensor, m: torch.Tensor,
+                     y: torch.Tensor, fp4: bool) -> dict[str, RuleReport]:
+    """Indexer K entries: MXFP4 (E5, ue8m0 scales per 32) or FP8 (E4, one fp32 scale per entry)."""
+    from dsv4kit.formats.indexer_cache import read_indexer_entries
+
+    n = len(slots)
     (xa, ba), (xb, bb) = read_indexer_entries(got, slots, fp4), read_indexer_entries(want, slots, fp4)
     if fp4:
         va, vb = q4_dequantize(unpack_nibbles(xa), ba), q4_dequantize(unpack_nibbles(xb), bb)
