@@ -219,7 +219,7 @@ _triton, _cutedsl = backend_modules(__package__)  # each imported on first use
 SPEC = FamilySpec(
     name="dequant_gather", spec_id="K3",
     summary="fp8_ds_mla -> bf16 gather for sparse-MLA prefill: window (B) and compressed (B // R) pages",
-    op_name="dequantize_and_gather_k_cache",
+    op_name=KERNEL,  # the name its input errors give
     args=ARGS,
     contract=DequantGatherBase,
     variants=Variant(dequantize_and_gather_k_cache_reference,
