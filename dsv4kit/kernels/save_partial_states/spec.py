@@ -59,6 +59,9 @@ class SavePartialStatesBase(JitKernel["SavePartialStatesBase.CompileKey"]):
 
     @dataclass(frozen=True)
     class CompileKey:
+        """In the order of a config's ``states`` rows (``CompileKey(256, 4, 4)``: SW 256, R 4, 4 rows
+        a block); every stride, T and the block count are runtime values."""
+
         #: SW: kv and score width; a state row is ``2 * SW`` fp32.
         state_width: int
         #: R (4 or 128): ``ape`` has R rows, indexed by ``position % R``.
