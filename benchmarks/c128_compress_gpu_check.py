@@ -90,6 +90,8 @@ from dsv4kit.kernels.c128_compress.reference import (  # noqa: E402
 )
 from dsv4kit.kernels.c128_compress.spec import NormStoreOperands, state_operands  # noqa: E402
 from dsv4kit.kernels.encoders.spec import cache_operands  # noqa: E402
+from dsv4kit.testing.cache_judge import VerdictSummary  # noqa: E402
+from dsv4kit.testing.compressor_data import odd_block_stride  # noqa: E402
 
 FAMILY = "c128_compress"
 BACKENDS = ("triton", "cutedsl")
@@ -176,13 +178,9 @@ def log(msg: str) -> None:
 def odd_stride(case: C128Case, extra: int = 3) -> C128Case:
     """K7 ``case`` with its state re-laid at block stride ``stride + extra`` (not a multiple of 4:
     the element-load path; the base stays 16-byte aligned, §2.8 allows any stride >= sbs * 2SW)."""
-    sc = case.args["state_cache"]
-    nsb, sbs, row = sc.shape
-    stride = sc.stride(0) + extra
-    buf = torch.full((nsb * stride,), float("nan"))
-    odd = buf.as_strided(sc.shape, (stride, row, 1))
-    odd.copy_(sc)
-    return replace(case, args=dict(case.args, state_cache=odd), label=f"{case.label} block_stride={stride}")
+    odd = odd_block_stride(case.args["state_cache"], extra)
+    label = f"{case.label} block_stride={odd.stride(0)}"
+    return replace(case, args=dict(case.args, state_cache=odd), label=label)
 
 
 def packed_cases(n: int) -> list[C128Case]:
@@ -527,33 +525,12 @@ def decode_launch_checks(decode: list[C128Case], kernels: dict, ctx: Ctx) -> lis
 # ------------------------------------------------------------------------ summary and files
 
 
+#: Sums per op, backend, reference and case set (``random``, ``odd_stride``, ``large``, ...).
+SUMMARY = VerdictSummary("set", "other", "other bytes / rows", op_width=52, set_width=11)
+
+
 def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    groups: dict[tuple, list] = {}
-    for r in records:
-        groups.setdefault((r["op"], r["backend"], r["reference"], r["set"]), []).append(r)
-    out = []
-    log("")
-    log(f"{'op':52s} {'backend':14s} {'ref':5s} {'set':11s} {'conform':>9s} {'violations':>10s} "
-        f"{'scale':>6s} {'step':>6s} {'bit-identical / total':>28s}")
-    for (op, backend, ref, set_name), rs in sorted(groups.items()):
-        row = {"op": op, "backend": backend, "reference": ref, "set": set_name, "cases": len(rs),
-               "conforming": sum(bool(r["ok"]) for r in rs),
-               "violations": sum(r.get("violations", 0) for r in rs),
-               "scale_mismatches": sum(r.get("scale_mismatches", 0) for r in rs),
-               "used_step": sum(r.get("used_step", 0) for r in rs),
-               "other_differ": sum(not r.get("other_equal", True) for r in rs),
-               "errors": sum("error" in r for r in rs),
-               "bit_identical": sum(r.get("bit_identical", 0) for r in rs),
-               "elements": sum(r.get("elements", 0) for r in rs)}
-        out.append(row)
-        frac = row["bit_identical"] / row["elements"] if row["elements"] else float("nan")
-        log(f"{op:52s} {backend:14s} {ref:5s} {set_name:11s} {row['conforming']:4d}/{row['cases']:<4d} "
-            f"{row['violations']:10d} {row['scale_mismatches']:6d} {row['used_step']:6d} "
-            f"{row['bit_identical']:>12d}/{row['elements']:<11d} ({frac:.5%})"
-            + (f"  {row['errors']} errors" if row["errors"] else "")
-            + (f"  {row['other_differ']} cases with other bytes / rows differing"
-               if row["other_differ"] else ""))
-    return out
+    return SUMMARY.rows(records, log)
 
 
 def markdown(result: dict[str, Any]) -> str:

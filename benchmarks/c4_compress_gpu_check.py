@@ -57,6 +57,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dsv4kit.bench import no_cuda_for, provenance, write_json  # noqa: E402
 from dsv4kit.kernels.c4_compress import SPECS, C4CompressConfig  # noqa: E402
 from dsv4kit.kernels.c4_compress.cases import OPS, C4Case, cpu_copy, judge, make_case, random_case  # noqa: E402
+from dsv4kit.testing.cache_judge import VerdictSummary  # noqa: E402
+from dsv4kit.testing.compressor_data import odd_block_stride  # noqa: E402
 
 BACKENDS = ("triton", "cutedsl")
 CONFIGS = [C4CompressConfig(cache_dtype=d, indexer_cache_dtype=i, norm_weight_dtype=w)
@@ -94,14 +96,9 @@ def log(msg: str) -> None:
 def odd_stride(case: C4Case, extra: int = 3) -> C4Case:
     """``case`` with its state re-laid at block stride ``stride + extra`` (not a multiple of 4 for
     extra = 1..3; the base stays 16-byte aligned, §2.8 allows any stride >= sbs * 2SW)."""
-    sc = case.args["state_cache"]
-    nsb, sbs, row = sc.shape
-    stride = sc.stride(0) + extra
-    buf = torch.full((nsb * stride,), float("nan"))
-    odd = buf.as_strided(sc.shape, (stride, row, 1))
-    odd.copy_(sc)
-    args = dict(case.args, state_cache=odd)
-    return replace(case, args=args, label=f"{case.label} block_stride={stride}")
+    odd = odd_block_stride(case.args["state_cache"], extra)
+    label = f"{case.label} block_stride={odd.stride(0)}"
+    return replace(case, args=dict(case.args, state_cache=odd), label=label)
 
 
 def in_order(case: C4Case) -> C4Case:
@@ -227,33 +224,13 @@ def _cute_counter(with_cute: bool) -> Any:
     return count_cute_compiles()
 
 
+#: Sums per op, backend, reference and case set (``random`` or ``large``: the records' ``large``).
+SUMMARY = VerdictSummary("large", "other_bytes", "other bytes", op_width=20, set_width=6,
+                         set_label=lambda large: "large" if large else "random")
+
+
 def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    groups: dict[tuple, list] = {}
-    for r in records:
-        groups.setdefault((r["op"], r["backend"], r["reference"], r["large"]), []).append(r)
-    log("")
-    log(f"{'op':20s} {'backend':14s} {'ref':5s} {'set':6s} {'conform':>9s} {'violations':>10s} "
-        f"{'scale':>6s} {'step':>6s} {'bit-identical / total':>28s}")
-    for (op, backend, ref, large), rs in sorted(groups.items()):
-        row = {"op": op, "backend": backend, "reference": ref, "set": "large" if large else "random",
-               "cases": len(rs), "conforming": sum(bool(r["ok"]) for r in rs),
-               "violations": sum(r.get("violations", 0) for r in rs),
-               "scale_mismatches": sum(r.get("scale_mismatches", 0) for r in rs),
-               "used_step": sum(r.get("used_step", 0) for r in rs),
-               "other_bytes_differ": sum(not r.get("other_bytes_equal", True) for r in rs),
-               "errors": sum("error" in r for r in rs),
-               "bit_identical": sum(r.get("bit_identical", 0) for r in rs),
-               "elements": sum(r.get("elements", 0) for r in rs)}
-        out.append(row)
-        frac = row["bit_identical"] / row["elements"] if row["elements"] else float("nan")
-        log(f"{op:20s} {backend:14s} {ref:5s} {row['set']:6s} {row['conforming']:4d}/{row['cases']:<4d} "
-            f"{row['violations']:10d} {row['scale_mismatches']:6d} {row['used_step']:6d} "
-            f"{row['bit_identical']:>12d}/{row['elements']:<11d} ({frac:.5%})"
-            + (f"  {row['errors']} errors" if row["errors"] else "")
-            + (f"  {row['other_bytes_differ']} cases with other bytes differing"
-               if row["other_bytes_differ"] else ""))
-    return out
+    return SUMMARY.rows(records, log)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -66,7 +66,7 @@ def test_window_of_the_first_boundary_is_rows_4_to_7_half_b(op: str, head: int) 
 def test_full_window_reads_half_a_of_the_previous_block_and_half_b_of_the_current() -> None:
     case = make_case("c4_compress_ds_mla", lens=(13, 9), starts=(0, 6), sbs=4, padding=False)
     a = case.args
-    req = vc._request_of(case, 11)
+    req = vc.request_of(case, 11)
     rows = vc.window_layout(case, 11, request=req)
     bt = a["block_table"][req]
     assert [r.position for r in rows] == list(range(4, 12)) and all(r.included for r in rows)

@@ -29,6 +29,7 @@ __all__ = [
     "check_slot_values",
     "check_read_slots",
     "check_store_rows",
+    "check_store_slots",
     "check_positive_float",
     "check_paged_byte_cache",
 ]
@@ -144,6 +145,16 @@ def check_store_rows(kernel: str, rows: torch.Tensor, width: int) -> None:
     check_dtype(kernel, "rows", rows, torch.float32)
     check_shape(kernel, "rows", rows, (None, width))
     check_contiguous(kernel, "rows", rows)
+
+
+def check_store_slots(kernel: str, rows: torch.Tensor, cache_arg: str, cache: torch.Tensor,
+                      kv_slot_mapping: torch.Tensor) -> torch.Tensor:
+    """A store hook's slots, after its rows and cache checks: the three tensors on one device,
+    ``kv_slot_mapping`` int64 ``[T]`` for ``rows [T, ...]``, and (device read) its slots >= 0
+    unique entries of ``cache``. Returns the mask ``kv_slot_mapping >= 0``."""
+    check_same_device(kernel, {"rows": rows, cache_arg: cache, "kv_slot_mapping": kv_slot_mapping})
+    check_per_token(kernel, "kv_slot_mapping", kv_slot_mapping, torch.int64, rows.shape[0])
+    return check_slot_values(kernel, "kv_slot_mapping", kv_slot_mapping, cache)
 
 
 def check_positive_float(kernel: str, arg: str, value: object) -> float:

@@ -23,11 +23,9 @@ from dsv4kit.formats.bits import bf16_round, bf16_to_bytes, bytes_to_bf16, e4m3_
 from dsv4kit.formats.checks import (
     check_dtype,
     check_paged_byte_cache,
-    check_per_token,
     check_read_slots,
-    check_same_device,
-    check_slot_values,
     check_store_rows,
+    check_store_slots,
 )
 from dsv4kit.formats.fp8 import exponent_to_ue8m0, q8_quantize
 
@@ -155,11 +153,8 @@ def store_rows_ds(rows: torch.Tensor, k_cache: torch.Tensor, kv_slot_mapping: to
     name = "store_rows_ds"
     check_store_rows(name, rows, DS_HEAD_DIM)
     check_ds_cache(name, "k_cache", k_cache)
-    check_same_device(name, {"rows": rows, "k_cache": k_cache, "kv_slot_mapping": kv_slot_mapping})
-    n = rows.shape[0]
-    check_per_token(name, "kv_slot_mapping", kv_slot_mapping, torch.int64, n)
-    keep = check_slot_values(name, "kv_slot_mapping", kv_slot_mapping, k_cache)
-    if n == 0 or not bool(keep.any()):
+    keep = check_store_slots(name, rows, "k_cache", k_cache, kv_slot_mapping)
+    if rows.shape[0] == 0 or not bool(keep.any()):
         return
     write_ds_entries(k_cache, kv_slot_mapping[keep], enc_ds(rows[keep]))
 

@@ -15,11 +15,9 @@ from dsv4kit.formats.bits import bf16_round, bytes_to_f32, e4m3_decode, f32_to_b
 from dsv4kit.formats.checks import (
     check_dtype,
     check_paged_byte_cache,
-    check_per_token,
     check_read_slots,
-    check_same_device,
-    check_slot_values,
     check_store_rows,
+    check_store_slots,
 )
 from dsv4kit.formats.fp8 import q8_quantize
 from dsv4kit.formats.mxfp4 import pack_nibbles, q4_dequantize, q4_quantize, unpack_nibbles
@@ -131,9 +129,7 @@ def store_rows_indexer(
     check_indexer_cache(name, "k_cache", k_cache)
     if not isinstance(use_fp4, bool):
         raise input_error(name, "use_fp4", "a bool", type(use_fp4).__name__)
-    check_same_device(name, {"rows": rows, "k_cache": k_cache, "kv_slot_mapping": kv_slot_mapping})
-    check_per_token(name, "kv_slot_mapping", kv_slot_mapping, torch.int64, rows.shape[0])
-    keep = check_slot_values(name, "kv_slot_mapping", kv_slot_mapping, k_cache)
+    keep = check_store_slots(name, rows, "k_cache", k_cache, kv_slot_mapping)
     valid = kv_slot_mapping[keep]
     if valid.numel():
         write_indexer_rows(k_cache, valid, rows[keep], use_fp4)

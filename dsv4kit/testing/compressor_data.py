@@ -22,6 +22,7 @@ __all__ = [
     "cos_sin",
     "kv_values",
     "norm_weight",
+    "odd_block_stride",
     "request_regime",
     "scores",
     "split_lens",
@@ -94,3 +95,15 @@ def split_lens(t: int, nreq: int, g: torch.Generator) -> tuple[int, ...]:
     bounds = [0, *cuts, t]
     lens = tuple(b - a for a, b in zip(bounds, bounds[1:], strict=False) if b > a)
     return lens or (t,)
+
+
+def odd_block_stride(state_cache: torch.Tensor, extra: int = 3) -> torch.Tensor:
+    """``state_cache`` ``[nsb, sbs, 2SW]`` re-laid at block stride ``stride + extra`` (the GPU
+    checks' element-load path: not a multiple of 4 for extra = 1..3; the base stays 16-byte
+    aligned, §2.8 allows any stride >= sbs * 2SW). The gaps hold NaN, which no read may reach."""
+    nsb, _, row = state_cache.shape
+    stride = state_cache.stride(0) + extra
+    buf = torch.full((nsb * stride,), float("nan"))
+    odd = buf.as_strided(state_cache.shape, (stride, row, 1))
+    odd.copy_(state_cache)
+    return odd

@@ -50,6 +50,7 @@ from dsv4kit.viz.compressor import (
     draw_box,
     entry_step_units,
     plot_binned_histogram,
+    request_of,
     tally_table_markdown,
 )
 
@@ -234,14 +235,6 @@ class WindowBlock:
         return tuple(q % STATE_BLOCK_SIZE for q in self.positions)
 
 
-def _request_of(case: Any, position: int) -> int:
-    a = case.args
-    hits = torch.nonzero(a["positions"] == position).flatten()
-    if hits.numel() == 0:
-        raise ValueError(f"position {position}: no token of the case has it (pass request=)")
-    return int(a["token_to_req"][hits[0]])
-
-
 def _window(case: Any, position: int, request: int) -> tuple[list[WindowBlock], torch.Tensor]:
     """The 16 blocks of the window and the softmax weights ``[128, 512]`` (float64) of its rows."""
     a = case.args
@@ -280,7 +273,7 @@ def c128_window_layout(case: Any, position: int, request: int | None = None) -> 
     """The 16 state blocks of the window of the boundary token at ``position`` of ``request`` in
     ``case`` (a K7 :class:`~dsv4kit.kernels.c128_compress.cases.C128Case`), from its real block
     table. ``request`` defaults to the request of the first token of the case at ``position``."""
-    req = _request_of(case, position) if request is None else request
+    req = request_of(case, position) if request is None else request
     return _window(case, position, req)[0]
 
 
@@ -315,7 +308,7 @@ def plot_c128_window(case: Any, position: int, request: int | None = None, colum
     from matplotlib.colors import LogNorm
     from matplotlib.patches import Rectangle
 
-    req = _request_of(case, position) if request is None else request
+    req = request_of(case, position) if request is None else request
     blocks, weights = _window(case, position, req)
     nsb = case.args["state_cache"].shape[0]
     colors = _block_colors()

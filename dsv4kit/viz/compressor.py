@@ -60,6 +60,7 @@ __all__ = [
     "plot_step_histogram",
     "plot_window",
     "ptx_facts",
+    "request_of",
     "step_differences",
     "step_histogram_counts",
     "step_units",
@@ -279,7 +280,8 @@ def _window(case: Any, position: int, request: int) -> tuple[list[WindowRow], to
     return out, kv, weights
 
 
-def _request_of(case: Any, position: int) -> int:
+def request_of(case: Any, position: int) -> int:
+    """The request row of the case's first token at ``position`` (the C4 and C128 windows)."""
     a = case.args
     hits = torch.nonzero(a["positions"] == position).flatten()
     if hits.numel() == 0:
@@ -293,7 +295,7 @@ def window_layout(case: Any, position: int, request: int | None = None) -> list[
 
     ``request`` defaults to the request of the first token of the case at ``position``.
     """
-    req = _request_of(case, position) if request is None else request
+    req = request_of(case, position) if request is None else request
     return _window(case, position, req)[0]
 
 
@@ -328,7 +330,7 @@ def plot_window(
     fig, axes = plt.subplots(1, len(positions), figsize=(6.2 * len(positions), 3.6), squeeze=False)
     fig.windows = []
     for ax, p in zip(axes[0], positions, strict=True):
-        req = _request_of(case, p) if request is None else request
+        req = request_of(case, p) if request is None else request
         rows, _, weights = _window(case, p, req)
         fig.windows.append(rows)
         cols = min(columns, weights.shape[1])

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from dsv4kit.errors import input_error
-from dsv4kit.family.schema import Arg, as_int, check_args
+from dsv4kit.family.operands import operands, with_operands
+from dsv4kit.family.schema import Arg
 from dsv4kit.formats.bits import bf16_round, bytes_to_bf16, e4m3_decode, ue8m0_decode
 from dsv4kit.formats.checks import (
     check_contiguous,
@@ -23,7 +26,12 @@ from dsv4kit.formats.ds_mla import (
     ds_page_regions,
 )
 
-__all__ = ["ARGS", "check_dequant_gather_inputs", "dequantize_and_gather_k_cache_reference"]
+__all__ = [
+    "ARGS",
+    "DequantGatherOperands",
+    "check_dequant_gather_inputs",
+    "dequantize_and_gather_k_cache_reference",
+]
 
 KERNEL = "dequantize_and_gather_k_cache"
 
@@ -42,23 +50,15 @@ ARGS = (
 )
 
 
-def check_dequant_gather_inputs(
-    out: torch.Tensor,
-    k_cache: torch.Tensor,
-    seq_lens: torch.Tensor,
-    gather_lens: torch.Tensor | None,
-    block_table: torch.Tensor,
-    block_size: int,
-    offset: int,
-    *,
-    kernel: str = KERNEL,
-    debug_checks: bool = True,
-) -> int:
-    """K3 "Edge cases & bad inputs" checks (plus the debug checks); returns ``nreq``."""
-    block_size, offset = as_int(block_size), as_int(offset)  # numpy ints are ints here
-    check_args(kernel, ARGS, {"out": out, "k_cache": k_cache, "seq_lens": seq_lens,
-                              "gather_lens": gather_lens, "block_table": block_table,
-                              "block_size": block_size, "offset": offset})
+#: The op's operand record (:mod:`dsv4kit.family.operands`): the checks, the reference and the
+#: kernel's call take one, bound once per call.
+DequantGatherOperands = operands(KERNEL, ARGS)
+
+
+def check_dequant_gather_inputs(ops: Any, *, kernel: str = KERNEL, debug_checks: bool = True) -> int:
+    """K3 "Edge cases & bad inputs" checks of a call's record ``ops`` (plus the debug checks);
+    returns ``nreq``."""
+    out, k_cache, seq_lens, gather_lens, block_table, block_size, offset = ops.checked(kernel)
     check_dtype(kernel, "out", out, torch.bfloat16)
     check_ndim(kernel, "out", out, 3)
     if out.shape[2] != DS_HEAD_DIM:
@@ -113,22 +113,10 @@ def check_dequant_gather_inputs(
     return nreq
 
 
-def dequantize_and_gather_k_cache_reference(
-    out: torch.Tensor,
-    k_cache: torch.Tensor,
-    seq_lens: torch.Tensor,
-    gather_lens: torch.Tensor | None,
-    block_table: torch.Tensor,
-    block_size: int,
-    offset: int,
-) -> torch.Tensor:
-    """K3: write ``out[b, offset + i]`` = decoded entry ``L - G + i`` of request b, for i < G.
-
-    Nope: ``bf16(e4m3_val(byte) * 2**(sb - 127))`` (exact); rope: bit copy of the stored bf16
-    bytes. Rows outside ``[offset, offset + G)`` and rows of requests >= nreq are untouched.
-    Block-table entries past ``ceil(L / bs)`` are never read. Returns ``out``.
-    """
-    nreq = check_dequant_gather_inputs(out, k_cache, seq_lens, gather_lens, block_table, block_size, offset)
+def _reference(ops: Any) -> torch.Tensor:
+    """The reference on a bound call (see :func:`dequantize_and_gather_k_cache_reference`)."""
+    nreq = check_dequant_gather_inputs(ops)
+    out, k_cache, seq_lens, gather_lens, block_table, _, offset = ops
     if nreq == 0:
         return out
     data, scales = ds_page_regions(k_cache)
@@ -149,3 +137,13 @@ def dequantize_and_gather_k_cache_reference(
         out[b, offset : offset + g, :DS_NOPE_DIM] = bf16_round(nope.flatten(1)).to(torch.bfloat16)
         out[b, offset : offset + g, DS_NOPE_DIM:] = bytes_to_bf16(d[:, DS_NOPE_DIM:])
     return out
+
+
+_DOC = """K3: write ``out[b, offset + i]`` = decoded entry ``L - G + i`` of request b, for i < G.
+
+    Nope: ``bf16(e4m3_val(byte) * 2**(sb - 127))`` (exact); rope: bit copy of the stored bf16
+    bytes. Rows outside ``[offset, offset + G)`` and rows of requests >= nreq are untouched.
+    Block-table entries past ``ceil(L / bs)`` are never read. Returns ``out``.
+    """
+dequantize_and_gather_k_cache_reference = with_operands(DequantGatherOperands, _reference, _DOC,
+                                                        returns="torch.Tensor")

@@ -17,14 +17,16 @@ import torch
 
 from dsv4kit.errors import input_error
 from dsv4kit.family import FamilySpec, Variant, backend_modules
+from dsv4kit.family.operands import kernel_call
 from dsv4kit.family.schema import as_int
 from dsv4kit.formats.cache_dtypes import normalize_cache_dtype
 from dsv4kit.formats.checks import check_values_in_range
 from dsv4kit.formats.ds_mla import DS_ENTRY_BYTES
-from dsv4kit.jit import Immediate, JitKernel, Like, kernel_launcher, zip_inputs
+from dsv4kit.jit import Immediate, JitKernel, Like, zip_inputs
 from dsv4kit.kernels.dequant_gather.reference import (
     ARGS,
     KERNEL,
+    DequantGatherOperands,
     check_dequant_gather_inputs,
     dequantize_and_gather_k_cache_reference,
 )
@@ -96,19 +98,13 @@ def warmup_block_sizes(config: Any, ratio: int | None = None) -> list[tuple[int,
     return list(dict.fromkeys(out))
 
 
-def check_dequant_gather_values(
-    out: torch.Tensor,
-    k_cache: torch.Tensor,
-    seq_lens: torch.Tensor,
-    gather_lens: torch.Tensor | None,
-    block_table: torch.Tensor,
-    offset: int,
-) -> None:
-    """Debug checks (device reads, spec K3): ``0 <= G <= L``, ``offset + G <= M``,
-    ``ceil(L / bs) <= max_blocks`` (via the reference's checks) and every page id the call will
-    read in ``[0, num_pages)``. Entries past ``ceil(L / bs)`` (padding) are not looked at."""
-    check_dequant_gather_inputs(out, k_cache, seq_lens, gather_lens, block_table, k_cache.shape[1], offset,
-                                debug_checks=True)
+def check_dequant_gather_values(ops: Any) -> None:
+    """Debug checks (device reads, spec K3) of a call's record ``ops``: ``0 <= G <= L``,
+    ``offset + G <= M``, ``ceil(L / bs) <= max_blocks`` (via the reference's checks) and every page
+    id the call will read in ``[0, num_pages)``. Entries past ``ceil(L / bs)`` (padding) are not
+    looked at."""
+    k_cache, seq_lens, gather_lens, block_table = ops.k_cache, ops.seq_lens, ops.gather_lens, ops.block_table
+    check_dequant_gather_inputs(ops._replace(block_size=k_cache.shape[1]), debug_checks=True)
     nreq = seq_lens.shape[0]
     if nreq == 0 or block_table.shape[1] == 0:
         return
@@ -159,28 +155,19 @@ class DequantGatherBase(JitKernel["DequantGatherBase.CompileKey"]):
         raise NotImplementedError
 
     # ------------------------------------------------------------------ the call
-    @kernel_launcher
-    def __call__(
-        self,
-        out: torch.Tensor,
-        k_cache: torch.Tensor,
-        seq_lens: torch.Tensor,
-        gather_lens: torch.Tensor | None,
-        block_table: torch.Tensor,
-        block_size: int,
-        offset: int = 0,
-        *,
-        debug_checks: bool | None = None,
-    ) -> Any:
+    __call__ = kernel_call(
+        DequantGatherOperands,
         """Write ``out[b, offset + i]`` for ``i < G_b`` (spec K3); returns ``out``.
 
         Metadata checks always run (host only); with ``debug_checks`` the value checks of spec
         K3 run too (device reads). Nothing is launched before every check passed.
-        """
-        block_size, offset = as_int(block_size), as_int(offset)  # a numpy int is an int (and launches as one)
-        nreq = check_dequant_gather_inputs(
-            out, k_cache, seq_lens, gather_lens, block_table, block_size, offset, debug_checks=False
-        )
+        """)
+
+    def launch_operands(self, ops: Any, debug_checks: bool | None) -> Any:
+        """The launch spec of one bound call (``ops``, a :data:`DequantGatherOperands`)."""
+        nreq = check_dequant_gather_inputs(ops, debug_checks=False)
+        out, k_cache, seq_lens, gather_lens, block_table, _, offset = ops
+        offset = as_int(offset)  # a numpy int is an int (and launches as one)
         self.check_device("k_cache", k_cache)
         if k_cache.shape[1] < 1:
             raise input_error(KERNEL, "k_cache", "shape[1] (block size) >= 1",
@@ -197,7 +184,7 @@ class DequantGatherBase(JitKernel["DequantGatherBase.CompileKey"]):
         # Under the interpreter a bad page id would read arbitrary host memory (a crash, not a
         # wrong answer), and value checks cost little there; on the GPU they are opt-in.
         if (not self.platform.is_cuda) if debug_checks is None else debug_checks:
-            check_dequant_gather_values(out, k_cache, seq_lens, gather_lens, block_table, offset)
+            check_dequant_gather_values(ops)
         if nreq == 0 or offset >= rows:
             return Immediate(out)  # nothing to write (offset == M leaves room for G == 0 only)
         key = self.dispatch(k_cache, gather_lens)
@@ -219,7 +206,7 @@ _triton, _cutedsl = backend_modules(__package__)  # each imported on first use
 SPEC = FamilySpec(
     name="dequant_gather", spec_id="K3",
     summary="fp8_ds_mla -> bf16 gather for sparse-MLA prefill: window (B) and compressed (B // R) pages",
-    op_name="dequantize_and_gather_k_cache",
+    op_name=KERNEL,  # the name its input errors give
     args=ARGS,
     contract=DequantGatherBase,
     variants=Variant(dequantize_and_gather_k_cache_reference,

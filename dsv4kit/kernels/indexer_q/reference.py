@@ -5,10 +5,14 @@ Normative: Triton and CuTeDSL must match these bit for bit (D2).
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import torch
 
 from dsv4kit.errors import input_error
-from dsv4kit.family.schema import Arg, check_args
+from dsv4kit.family.operands import operands, with_operands
+from dsv4kit.family.schema import Arg
 from dsv4kit.formats.bits import bf16_round, pow2
 from dsv4kit.formats.checks import (
     check_contiguous,
@@ -29,6 +33,7 @@ __all__ = [
     "INDEXER_NUM_HEADS",
     "DEFAULT_SOFTMAX_SCALE",
     "DEFAULT_HEAD_SCALE",
+    "IndexerQOperands",
     "check_indexer_q_inputs",
     "indexer_q_rope_bf16",
     "indexer_q_fp8_reference",
@@ -55,21 +60,16 @@ ARGS = (
 )
 
 
-def check_indexer_q_inputs(
-    kernel: str,
-    positions: torch.Tensor,
-    index_q: torch.Tensor,
-    cos_sin_cache: torch.Tensor,
-    index_weights: torch.Tensor,
-    softmax_scale: float = DEFAULT_SOFTMAX_SCALE,
-    head_scale: float = DEFAULT_HEAD_SCALE,
-    *,
-    debug_checks: bool = True,
-) -> int:
-    """K1/K2 "Edge cases & bad inputs" checks; returns T. Debug: ``0 <= positions < max_pos``."""
-    check_args(kernel, ARGS, {"positions": positions, "index_q": index_q, "cos_sin_cache": cos_sin_cache,
-                              "index_weights": index_weights, "softmax_scale": softmax_scale,
-                              "head_scale": head_scale})
+#: The operand record of each variant's kernel and reference (:mod:`dsv4kit.family.operands`): the
+#: op's table less ``cache_format`` (the op picks the variant by it), the scales also by position.
+IndexerQOperands = operands("indexer_q", tuple(replace(a, keyword_only=False) for a in ARGS
+                                                if a.name != "cache_format"))
+
+
+def check_indexer_q_inputs(kernel: str, ops: Any, *, debug_checks: bool = True) -> int:
+    """K1/K2 "Edge cases & bad inputs" checks of a call's record ``ops``; returns T.
+    Debug: ``0 <= positions < max_pos``."""
+    positions, index_q, cos_sin_cache, index_weights, _, _ = ops.checked(kernel)
     check_dtype(kernel, "index_q", index_q, torch.bfloat16)
     check_ndim(kernel, "index_q", index_q, 3)
     t = index_q.shape[0]
@@ -134,27 +134,10 @@ def _fp32_scalar(v: float, like: torch.Tensor) -> torch.Tensor:
     return torch.tensor(float(v), dtype=torch.float32, device=like.device)  # fl(v)
 
 
-def indexer_q_fp8_reference(
-    positions: torch.Tensor,
-    index_q: torch.Tensor,
-    cos_sin_cache: torch.Tensor,
-    index_weights: torch.Tensor,
-    softmax_scale: float = DEFAULT_SOFTMAX_SCALE,
-    head_scale: float = DEFAULT_HEAD_SCALE,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """K1: returns ``(q_fp8 float8_e4m3fn [T, 64, 128], weights_out fp32 [T, 64])``.
-
-    ``weights_out = fl(fl(fl(w * pow2(e)) * ss) * hs)`` with ``ss = fl(softmax_scale)``,
-    ``hs = fl(head_scale)`` (the fold order is fixed by the spec).
-
-    Signed zeros follow the IEEE formulas exactly: for an all-zero ``index_q`` the rope dims are
-    ``fl(0*c) - fl(0*s)`` / ``fl(0*c) + fl(0*s)``, which is -0 (byte 0x80) where the cos/sin signs
-    make it so. The spec's "zero regime -> all bytes 0" is read as "nope bytes 0, rope bytes
-    +-0"; the formulas are what D2 bit-exactness is checked against.
-    """
-    kernel = "indexer_q_fp8"
-    t = check_indexer_q_inputs(kernel, positions, index_q, cos_sin_cache, index_weights, softmax_scale,
-                               head_scale)
+def _fp8_reference(ops: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """K1 on a bound call (see :func:`indexer_q_fp8_reference`)."""
+    t = check_indexer_q_inputs("indexer_q_fp8", ops)
+    positions, index_q, cos_sin_cache, index_weights, softmax_scale, head_scale = ops
     if t == 0:
         return indexer_q_outputs("fp8", 0, index_q.device)
     y = indexer_q_rope_bf16(positions, index_q, cos_sin_cache)
@@ -166,21 +149,11 @@ def indexer_q_fp8_reference(
     return codes.view(torch.float8_e4m3fn), folded
 
 
-def indexer_q_mxfp4_reference(
-    positions: torch.Tensor,
-    index_q: torch.Tensor,
-    cos_sin_cache: torch.Tensor,
-    index_weights: torch.Tensor,
-    softmax_scale: float = DEFAULT_SOFTMAX_SCALE,
-    head_scale: float = DEFAULT_HEAD_SCALE,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """K2: returns ``(q_packed uint8 [T, 64, 64], q_scale int32 [T, 64], weights_out fp32 [T, 64])``.
-
-    Weights are not multiplied by the q scales: ``weights_out = fl(fl(w * ss) * hs)``.
-    """
+def _mxfp4_reference(ops: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """K2 on a bound call (see :func:`indexer_q_mxfp4_reference`)."""
     kernel = "indexer_q_mxfp4"
-    t = check_indexer_q_inputs(kernel, positions, index_q, cos_sin_cache, index_weights, softmax_scale,
-                               head_scale)
+    t = check_indexer_q_inputs(kernel, ops)
+    positions, index_q, cos_sin_cache, index_weights, softmax_scale, head_scale = ops
     if INDEXER_HEAD_DIM % MXFP4_BLOCK != 0:  # pragma: no cover - v1 fixes head_dim = 128
         raise input_error(kernel, "index_q", "head_dim % 32 == 0", INDEXER_HEAD_DIM)
     if t == 0:
@@ -190,3 +163,25 @@ def indexer_q_mxfp4_reference(
     w = index_weights.to(torch.float32)
     folded = (w * _fp32_scalar(softmax_scale, w)) * _fp32_scalar(head_scale, w)
     return pack_nibbles(codes), scale_bytes_to_int32(scale_bytes), folded
+
+
+_FP8_DOC = """K1: returns ``(q_fp8 float8_e4m3fn [T, 64, 128], weights_out fp32 [T, 64])``.
+
+    ``weights_out = fl(fl(fl(w * pow2(e)) * ss) * hs)`` with ``ss = fl(softmax_scale)``,
+    ``hs = fl(head_scale)`` (the fold order is fixed by the spec).
+
+    Signed zeros follow the IEEE formulas exactly: for an all-zero ``index_q`` the rope dims are
+    ``fl(0*c) - fl(0*s)`` / ``fl(0*c) + fl(0*s)``, which is -0 (byte 0x80) where the cos/sin signs
+    make it so. The spec's "zero regime -> all bytes 0" is read as "nope bytes 0, rope bytes
+    +-0"; the formulas are what D2 bit-exactness is checked against.
+    """
+_MXFP4_DOC = """K2: returns ``(q_packed uint8 [T, 64, 64], q_scale int32 [T, 64], weights_out fp32 [T, 64])``.
+
+    Weights are not multiplied by the q scales: ``weights_out = fl(fl(w * ss) * hs)``.
+    """
+indexer_q_fp8_reference = with_operands(IndexerQOperands, _fp8_reference, _FP8_DOC,
+                                        returns="tuple[torch.Tensor, torch.Tensor]",
+                                        name="indexer_q_fp8_reference")
+indexer_q_mxfp4_reference = with_operands(IndexerQOperands, _mxfp4_reference, _MXFP4_DOC,
+                                          returns="tuple[torch.Tensor, torch.Tensor, torch.Tensor]",
+                                          name="indexer_q_mxfp4_reference")

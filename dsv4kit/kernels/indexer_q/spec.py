@@ -17,14 +17,14 @@ import torch
 
 from dsv4kit.errors import input_error
 from dsv4kit.family import FamilySpec, Variant, backend_modules
+from dsv4kit.family.operands import kernel_call
 from dsv4kit.formats.checks import check_values_in_range
-from dsv4kit.jit import Immediate, JitKernel, Like, WarmupChoices, WarmupIntRange, fixed, kernel_launcher
+from dsv4kit.jit import Immediate, JitKernel, Like, WarmupChoices, WarmupIntRange, fixed
 from dsv4kit.kernels.indexer_q.reference import (
     ARGS,
-    DEFAULT_HEAD_SCALE,
-    DEFAULT_SOFTMAX_SCALE,
     INDEXER_HEAD_DIM,
     INDEXER_NUM_HEADS,
+    IndexerQOperands,
     check_indexer_q_inputs,
     indexer_q_fp8_reference,
     indexer_q_mxfp4_reference,
@@ -109,25 +109,19 @@ class IndexerQBase(JitKernel["IndexerQBase.CompileKey"]):
         raise NotImplementedError
 
     # ------------------------------------------------------------------ the call
-    @kernel_launcher
-    def __call__(
-        self,
-        positions: torch.Tensor,
-        index_q: torch.Tensor,
-        cos_sin_cache: torch.Tensor,
-        index_weights: torch.Tensor,
-        softmax_scale: float = DEFAULT_SOFTMAX_SCALE,
-        head_scale: float = DEFAULT_HEAD_SCALE,
-        debug_checks: bool | None = None,
-    ) -> Any:
+    __call__ = kernel_call(
+        IndexerQOperands,
         """K1: ``(q_fp8, weights_out)``; K2: ``(q_packed, q_scale, weights_out)`` (spec K1/K2).
 
         ``debug_checks`` (reads positions back: ``0 <= p < max_pos``) defaults to on under the
         CPU interpreter, where an out-of-range position would read outside the cache.
-        """
+        """)
+
+    def launch_operands(self, ops: Any, debug_checks: bool | None) -> Any:
+        """The launch spec of one bound call (``ops``, an :data:`IndexerQOperands`)."""
         debug = (not self.platform.is_cuda) if debug_checks is None else debug_checks
-        t = check_indexer_q_inputs(self.name, positions, index_q, cos_sin_cache, index_weights,
-                                   softmax_scale, head_scale, debug_checks=False)
+        t = check_indexer_q_inputs(self.name, ops, debug_checks=False)
+        positions, index_q, cos_sin_cache, index_weights, softmax_scale, head_scale = ops
         self.check_device("index_q", index_q)
         if debug:  # the reference's value check, after the device rule (no read of a meta tensor)
             check_values_in_range(self.name, "positions", positions, 0, cos_sin_cache.shape[0])

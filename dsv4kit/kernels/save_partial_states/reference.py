@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from dsv4kit.errors import input_error
-from dsv4kit.family.schema import Arg, as_int, check_args
+from dsv4kit.family.operands import operands, with_operands
+from dsv4kit.family.schema import Arg
 from dsv4kit.formats.checks import (
     check_dtype,
     check_ndim,
@@ -18,6 +21,7 @@ from dsv4kit.formats.state_cache import check_state_cache
 
 __all__ = [
     "ARGS",
+    "SavePartialStatesOperands",
     "check_save_partial_states_inputs",
     "check_save_partial_states_values",
     "save_partial_states_reference",
@@ -52,27 +56,17 @@ def _check_width_rows(kernel: str, arg: str, t: torch.Tensor, width: int, rows: 
         raise input_error(kernel, arg, f"at least T ({rows}) rows", f"shape {tuple(t.shape)}")
 
 
-def check_save_partial_states_inputs(
-    kv: torch.Tensor,
-    score: torch.Tensor,
-    ape: torch.Tensor,
-    positions: torch.Tensor,
-    state_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    state_block_size: int,
-    state_width: int,
-    compress_ratio: int,
-    *,
-    kernel: str = KERNEL,
-    debug_checks: bool = True,
-) -> int:
-    """K4 "Edge cases & bad inputs" checks; returns T (= ``len(slot_mapping)``)."""
-    state_block_size, state_width, compress_ratio = (  # numpy ints are ints here
-        as_int(state_block_size), as_int(state_width), as_int(compress_ratio))
-    check_args(kernel, ARGS, {"kv": kv, "score": score, "ape": ape, "positions": positions,
-                              "state_cache": state_cache, "slot_mapping": slot_mapping,
-                              "state_block_size": state_block_size, "state_width": state_width,
-                              "compress_ratio": compress_ratio})
+#: The op's operand record (:mod:`dsv4kit.family.operands`): the checks, the reference and the
+#: kernel's call take one, bound once per call.
+SavePartialStatesOperands = operands(KERNEL, ARGS)
+
+
+def check_save_partial_states_inputs(ops: Any, *, kernel: str = KERNEL, debug_checks: bool = True) -> int:
+    """K4 "Edge cases & bad inputs" checks of a call's record ``ops``; returns T
+    (= ``len(slot_mapping)``)."""
+    # The table's checks; numpy ints are ints here.
+    kv, score, ape, positions, state_cache, slot_mapping, state_block_size, state_width, compress_ratio = (
+        ops.checked(kernel))
     if compress_ratio not in (4, 128) or isinstance(compress_ratio, bool):
         raise input_error(kernel, "compress_ratio", "4 or 128", compress_ratio)
     if isinstance(state_width, bool) or not isinstance(state_width, int) or state_width <= 0:
@@ -115,23 +109,10 @@ def check_save_partial_states_values(kernel: str, positions: torch.Tensor, state
     check_values_in_range(kernel, "positions", positions[:slot_mapping.shape[0]][keep], 0, 2**63 - 1)
 
 
-def save_partial_states_reference(
-    kv: torch.Tensor,
-    score: torch.Tensor,
-    ape: torch.Tensor,
-    positions: torch.Tensor,
-    state_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    state_block_size: int,
-    state_width: int,
-    compress_ratio: int,
-) -> None:
-    """K4: for each token with slot ``s >= 0``: ``row = state[s // sbs, s % sbs]``,
-    ``row[:SW] = kv[t]``, ``row[SW:] = fl(score[t] + ape[positions[t] % R])``. Other rows untouched.
-    """
-    t = check_save_partial_states_inputs(
-        kv, score, ape, positions, state_cache, slot_mapping, state_block_size, state_width, compress_ratio
-    )
+def _reference(ops: Any) -> None:
+    """The reference on a bound call (see :func:`save_partial_states_reference`)."""
+    t = check_save_partial_states_inputs(ops)
+    kv, score, ape, positions, state_cache, slot_mapping, state_block_size, state_width, compress_ratio = ops
     if t == 0:
         return
     keep = slot_mapping >= 0
@@ -143,3 +124,9 @@ def save_partial_states_reference(
     ape_rows = ape[positions[idx] % compress_ratio]
     state_cache[slots // sbs, slots % sbs, :state_width] = kv[idx]
     state_cache[slots // sbs, slots % sbs, state_width:] = score[idx] + ape_rows
+
+
+_DOC = """K4: for each token with slot ``s >= 0``: ``row = state[s // sbs, s % sbs]``,
+    ``row[:SW] = kv[t]``, ``row[SW:] = fl(score[t] + ape[positions[t] % R])``. Other rows untouched.
+    """
+save_partial_states_reference = with_operands(SavePartialStatesOperands, _reference, _DOC)

@@ -16,11 +16,13 @@ import torch
 
 from dsv4kit.errors import input_error
 from dsv4kit.family import FamilySpec, Variant, backend_modules
+from dsv4kit.family.operands import kernel_call
 from dsv4kit.family.schema import as_int
-from dsv4kit.jit import Immediate, JitKernel, kernel_launcher, zip_inputs
+from dsv4kit.jit import Immediate, JitKernel, zip_inputs
 from dsv4kit.jit.launch_plans import Address
 from dsv4kit.kernels.save_partial_states.reference import (
     ARGS,
+    SavePartialStatesOperands,
     check_save_partial_states_inputs,
     check_save_partial_states_values,
     save_partial_states_reference,
@@ -57,6 +59,9 @@ class SavePartialStatesBase(JitKernel["SavePartialStatesBase.CompileKey"]):
 
     @dataclass(frozen=True)
     class CompileKey:
+        """In the order of a config's ``states`` rows (``CompileKey(256, 4, 4)``: SW 256, R 4, 4 rows
+        a block); every stride, T and the block count are runtime values."""
+
         #: SW: kv and score width; a state row is ``2 * SW`` fp32.
         state_width: int
         #: R (4 or 128): ``ape`` has R rows, indexed by ``position % R``.
@@ -82,41 +87,29 @@ class SavePartialStatesBase(JitKernel["SavePartialStatesBase.CompileKey"]):
         raise NotImplementedError
 
     # ------------------------------------------------------------------ the call
-    @kernel_launcher
-    def __call__(
-        self,
-        kv: torch.Tensor,
-        score: torch.Tensor,
-        ape: torch.Tensor,
-        positions: torch.Tensor,
-        state_cache: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        state_block_size: int,
-        state_width: int,
-        compress_ratio: int,
-        *,
-        debug_checks: bool | None = None,
-    ) -> Any:
+    __call__ = kernel_call(
+        SavePartialStatesOperands,
         """Write the state rows of every token with a slot >= 0 (spec K4); returns None.
 
         Metadata checks always run (host only). ``debug_checks`` (default: on under the CPU
         interpreter, where an out-of-range slot would write outside the cache, off on the GPU)
         also reads slots and positions back: slots unique and in range, positions >= 0.
-        """
+        """)
+
+    def launch_operands(self, ops: Any, debug_checks: bool | None) -> Any:
+        """The launch spec of one bound call (``ops``, a :data:`SavePartialStatesOperands`)."""
         debug = (not self.platform.is_cuda) if debug_checks is None else debug_checks
-        state_block_size, state_width, compress_ratio = (  # numpy ints are ints (and key fields as ints)
-            as_int(state_block_size), as_int(state_width), as_int(compress_ratio))
-        t = check_save_partial_states_inputs(kv, score, ape, positions, state_cache, slot_mapping,
-                                             state_block_size, state_width, compress_ratio,
-                                             kernel=self.name, debug_checks=False)
-        self.check_device("state_cache", state_cache)
+        t = check_save_partial_states_inputs(ops, kernel=self.name, debug_checks=False)
+        self.check_device("state_cache", ops.state_cache)
         if debug:
-            check_save_partial_states_values(self.name, positions, state_cache, slot_mapping)
+            check_save_partial_states_values(self.name, ops.positions, ops.state_cache, ops.slot_mapping)
         if t == 0:
             return Immediate(None)
-        key = self.dispatch(state_width, compress_ratio, state_block_size)
-        # The op writes in place: whatever the executor returns, the call returns None.
-        return key, self.launch_args(kv, score, ape, positions, state_cache, slot_mapping, t), None, _none
+        # numpy ints are ints (and key fields as ints)
+        key = self.dispatch(as_int(ops.state_width), as_int(ops.compress_ratio), as_int(ops.state_block_size))
+        # The op writes in place: whatever the executor returns, the call returns None. The first
+        # six operands are the tensors, kv .. slot_mapping.
+        return key, self.launch_args(*ops[:6], t), None, _none
 
 
 # --------------------------------------------------------------------------- launch operands
