@@ -33,6 +33,7 @@ from dsv4kit.backends.triton import count_triton_compiles
 from dsv4kit.errors import UnwarmedKeyError
 from dsv4kit.jit import JitMonitor
 from dsv4kit.kernels.rowquant import COARSEN_AT, RowQuantConfig, rowquant_reference
+from dsv4kit.kernels.rowquant.cases import REGIMES, regime
 from dsv4kit.kernels.rowquant.triton import RowQuantTriton, _rowquant_kernel
 from dsv4kit.platform import detect_platform
 
@@ -55,39 +56,6 @@ def versions() -> dict[str, str]:
     return out
 
 
-def regime(name: str, m: int, n: int, gen: torch.Generator) -> torch.Tensor:
-    """bf16 [m, n] of one edge-value regime (spec §2.12), built on the CPU."""
-    r = torch.randn(m, n, generator=gen)
-    if name == "normal":
-        x = r
-    elif name == "zero":
-        x = torch.zeros(m, n)
-        x[:, 1::2] = -0.0
-    elif name == "tiny":  # magnitudes 2^-60..2^-50, and blocks with amax <= 0.0273 (the D1 floor)
-        e = torch.randint(-60, -50, (m, n), generator=gen).float()
-        x = torch.sign(r) * torch.exp2(e)
-        x[:, ::256] = 0.01 * torch.sign(r[:, ::256])
-    elif name == "large":
-        e = torch.randint(60, 100, (m, n), generator=gen).float()
-        x = torch.sign(r) * torch.exp2(e) * (1 + torch.rand(m, n, generator=gen))
-    elif name == "saturating":  # block amax exactly 448 * 2^k, and the next bf16 above it
-        x = r
-        k = torch.randint(-10, 10, (m, n // 128), generator=gen).float()
-        x.view(m, n // 128, 128)[..., 0] = 448 * torch.exp2(k)
-        x.view(m, n // 128, 128)[..., 1] = -448 * torch.exp2(k) * (1 + 2**-7)
-    elif name == "outlier":
-        x = r
-        x[:, ::128] *= 1e4
-    elif name == "crafted":  # e4m3 ties and carries: 17*2^e -> 16, 19*2^e -> 20, 15.9*2^e -> 16
-        base = torch.tensor([448.0, 17.0, 19.0, 15.9, 1 + 3 * 2**-8, -17.0, -1e-9, 2**-9 * 3, 2**-10 * 3])
-        shift = torch.exp2(torch.randint(-8, 8, (m, 1), generator=gen).float())
-        x = base.repeat(m, n // len(base) + 1)[:, :n] * shift
-    else:
-        raise ValueError(name)
-    return x.to(torch.bfloat16)
-
-
-REGIMES = ("normal", "zero", "tiny", "large", "saturating", "outlier", "crafted")
 
 
 def rows_for(rows_per_program: int, gen: torch.Generator, smoke: bool = False) -> list[int]:
@@ -180,7 +148,7 @@ def run(res: dict[str, Any], plat: Any, dev: str, gen: torch.Generator, args: An
             for m in rows_for(key.rows_per_program, gen, args.smoke):
                 for reg in REGIMES:
                     n = key.n_cols
-                    x_cpu = regime(reg, m, n, gen)
+                    x_cpu = regime(reg, m, n, gen=gen)
                     q_ref, s_ref = rowquant_reference(x_cpu)
                     if key.x_stride_class == "div16":
                         x = x_cpu.to(dev)

@@ -21,9 +21,10 @@ def assert_bit_exact(got: tuple[torch.Tensor, ...], want: tuple[torch.Tensor, ..
         assert not diff.any(), f"{int(diff.sum())} of {diff.numel()} differ, first at {first}"
 
 
-def regime(name: str, m: int, n: int, seed: int = 0) -> torch.Tensor:
-    """A bf16 ``[m, n]`` input of one spec §2.12 regime (seeded)."""
-    g = torch.Generator().manual_seed(seed)
+def regime(name: str, m: int, n: int, seed: int = 0, gen: torch.Generator | None = None) -> torch.Tensor:
+    """A bf16 ``[m, n]`` input of one spec §2.12 regime, built on the CPU from ``gen`` (a
+    generator seeded with ``seed`` when None; a caller drawing many inputs passes its own)."""
+    g = gen if gen is not None else torch.Generator().manual_seed(seed)
     r = torch.randn(m, n, generator=g)
     if name == "normal":
         x = r
@@ -33,12 +34,14 @@ def regime(name: str, m: int, n: int, seed: int = 0) -> torch.Tensor:
     elif name == "tiny":
         x = torch.sign(r) * torch.exp2(torch.randint(-60, -50, (m, n), generator=g).float())
         x[:, 64:128] = 0.01 * torch.sign(r[:, 64:128])  # amax below 448 * 2**-14: the D1 floor matters
-    elif name == "large":
-        x = torch.sign(r) * torch.exp2(torch.randint(60, 100, (m, n), generator=g).float())
-    elif name == "saturating":
+    elif name == "large":  # exponents far above bf16's midrange, mantissas varied
+        e = torch.randint(60, 100, (m, n), generator=g).float()
+        x = torch.sign(r) * torch.exp2(e) * (1 + torch.rand(m, n, generator=g))
+    elif name == "saturating":  # block amax exactly 448 * 2^k, and the next bf16 above it
         x = r.clone()
-        x[:, ::128] = 448.0
-        x[:, 1::128] = -448.0 * (1 + 2**-7)  # next bf16 above 448: exponent + 1
+        k = torch.randint(-10, 10, (m, (n + 127) // 128), generator=g).float()
+        x[:, ::128] = 448 * torch.exp2(k[:, : x[:, ::128].shape[1]])
+        x[:, 1::128] = -448 * torch.exp2(k[:, : x[:, 1::128].shape[1]]) * (1 + 2**-7)  # exponent + 1
     elif name == "outlier":
         x = r.clone()
         x[:, ::128] *= 1e4  # drives the rest of the block to e4m3 subnormals and zero
