@@ -312,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--debug-checks", choices=tuple(_DEBUG), default="off",
                    help="off (default; a GPU's default), on, or the op's default (on under the interpreter)")
     p.add_argument("--families", default="", help="comma-separated family names (default: all)")
+    p.add_argument("--backends", default="triton,cutedsl",
+                   help="comma-separated backends to time, of those that run here (default: both)")
     p.add_argument("--profile", type=int, default=0,
                    help="with the regimes: a cProfile of new-shape calls, its top N functions")
     p.add_argument("--only", choices=("all", "paths", "regimes"), default="all",
@@ -321,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if plat.is_cuda else "cpu"
     if args.executor == "real" and device == "cpu":
         p.error("--executor real needs a GPU (on a CPU the launch is the Triton interpreter)")
-    backends = ["triton"] + (["cutedsl"] if plat.is_cuda and plat.cutedsl else [])
+    here = ["triton"] + (["cutedsl"] if plat.is_cuda and plat.cutedsl else [])
+    backends = [b for b in here if b in args.backends.split(",")]
     wanted = {f for f in args.families.split(",") if f}
     rows, regime_rows = [], []
     for spec in families():
