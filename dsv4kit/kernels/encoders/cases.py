@@ -16,7 +16,7 @@ import torch
 from dsv4kit.formats.ds_mla import allocate_ds_cache, ds_min_page_stride
 from dsv4kit.formats.indexer_cache import allocate_indexer_cache
 from dsv4kit.formats.plain_row import allocate_plain_cache
-from dsv4kit.kernels.encoders.reference import CACHE_ARG, HEAD_DIM
+from dsv4kit.kernels.encoders.reference import CACHE_ARG, HEAD_DIM, OPERANDS
 
 __all__ = ["HOOKS", "REGIMES", "SENTINEL", "StoreCase", "differing_bytes", "make_case", "random_case", "rows",
            "written_rows"]
@@ -89,6 +89,11 @@ class StoreCase:
     label: str = ""
 
     @property
+    def ops(self) -> Any:
+        """The call's operand record (what the checks and the reference take)."""
+        return OPERANDS[self.hook](**self.args)
+
+    @property
     def cache(self) -> torch.Tensor:
         return self.args[CACHE_ARG[self.hook]]
 
@@ -133,15 +138,13 @@ def make_case(
         cache = allocate_plain_cache(pages, kv_bs, dtype, page_stride=page_stride, fill_byte=SENTINEL)
     else:
         cache = allocate_indexer_cache(pages, kv_bs, page_stride=page_stride, fill=SENTINEL)
-    args: dict[str, Any] = {
-        "rows": rows(regime, t, d, seed),
-        CACHE_ARG[hook]: cache,
-        "kv_slot_mapping": slots,
-    }
+    extra: dict[str, Any] = {}
     if hook == "store_rows_plain":
-        args["fp8_scale"] = None if fp8_scale is None else torch.tensor([fp8_scale], dtype=torch.float32)
+        extra["fp8_scale"] = None if fp8_scale is None else torch.tensor([fp8_scale], dtype=torch.float32)
     if hook == "store_rows_indexer":
-        args["use_fp4"] = use_fp4
+        extra["use_fp4"] = use_fp4
+    # The op's arguments by name, bound through its record (the hook's table: its names and order).
+    args = OPERANDS[hook](rows(regime, t, d, seed), cache, slots, **extra)._asdict()
     label = (
         f"{hook} T={t} {regime} kv_bs={kv_bs} P={page_stride}"
         + (f" fp8_scale={fp8_scale}" if hook == "store_rows_plain" else "")

@@ -4,15 +4,18 @@ A compressor is "compute an fp32 row y" (compressor rule) followed by "encode y"
 These hooks run only the second half on given fp32 rows: ``rows[t]`` is encoded and written at
 ``kv_slot_mapping[t]`` (slot < 0: skipped) with the addressing of §2.5-2.7. They are the test
 hooks of the encode step; inside each backend the compressors call the very routine the hook
-launches. The references are the formats' store functions.
+launches. The references are the formats' store functions, each on its hook's operand record.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from dsv4kit.errors import input_error
-from dsv4kit.family.schema import Arg, check_args
+from dsv4kit.family.operands import operands, with_operands
+from dsv4kit.family.schema import Arg
 from dsv4kit.formats.checks import (
     check_contiguous,
     check_per_token,
@@ -28,16 +31,14 @@ __all__ = [
     "CACHE_ARG",
     "check_aligned",
     "HEAD_DIM",
+    "OPERANDS",
+    "StoreRowsOperands",
     "check_store_inputs",
     "check_store_values",
     "store_rows_ds_reference",
     "store_rows_indexer_reference",
     "store_rows_plain_reference",
 ]
-
-store_rows_ds_reference = store_rows_ds
-store_rows_plain_reference = store_rows_plain
-store_rows_indexer_reference = store_rows_indexer
 
 _ROWS = "fp32 rows y, contiguous, data_ptr % 16 == 0"
 _SLOTS = "slot per row; < 0 = skip; debug: unique, < num_pages * kv_bs"
@@ -75,16 +76,32 @@ HEAD_DIM = {"store_rows_ds": DS_HEAD_DIM, "store_rows_plain": PLAIN_HEAD_DIM,
             "store_rows_indexer": IDX_HEAD_DIM}
 
 
-def check_store_inputs(kernel: str, hook: str, rows: torch.Tensor, cache: torch.Tensor,
-                       kv_slot_mapping: torch.Tensor, fp8_scale: torch.Tensor | None = None,
-                       use_fp4: bool | None = None) -> int:
-    """The metadata checks of ``hook`` (host only, every call); returns T. Errors name ``kernel``."""
-    values = {"rows": rows, CACHE_ARG[hook]: cache, "kv_slot_mapping": kv_slot_mapping}
-    if hook == "store_rows_plain":
-        values["fp8_scale"] = fp8_scale
-    if hook == "store_rows_indexer":
-        values["use_fp4"] = use_fp4
-    check_args(kernel, ARGS[hook], values)
+class StoreRowsOperands:
+    """The store hooks' record mixin: an argument a hook does not take reads as None (the record's
+    fields come first in its MRO), and ``cache`` is the hook's cache (E2 / E3's own field, an alias
+    of ``k_cache`` for E1 and E4 / E5)."""
+
+    __slots__ = ()
+
+    cache: torch.Tensor
+    fp8_scale: torch.Tensor | None = None
+    use_fp4: bool | None = None
+
+
+#: Each hook's operand record (:mod:`dsv4kit.family.operands`): the checks, the reference and the
+#: kernel's call take one, bound once per call.
+OPERANDS: dict[str, type] = {
+    op: operands(op, table, StoreRowsOperands,
+                 aliases=None if CACHE_ARG[op] == "cache" else {"cache": CACHE_ARG[op]})
+    for op, table in ARGS.items()
+}
+
+
+def check_store_inputs(kernel: str, ops: Any) -> int:
+    """The metadata checks of a call's record ``ops`` (host only, every call); returns T. Errors
+    name ``kernel``."""
+    hook = ops.op
+    rows, cache, kv_slot_mapping = ops.checked(kernel)[:3]  # the table's checks; every hook's first three
     check_shape(kernel, "rows", rows, (None, HEAD_DIM[hook]))
     check_contiguous(kernel, "rows", rows)
     t = rows.shape[0]
@@ -92,7 +109,7 @@ def check_store_inputs(kernel: str, hook: str, rows: torch.Tensor, cache: torch.
         check_ds_cache(kernel, "k_cache", cache)
     elif hook == "store_rows_plain":
         check_plain_cache(kernel, "cache", cache)
-        check_fp8_scale(kernel, cache, fp8_scale, check_value=False)
+        check_fp8_scale(kernel, cache, ops.fp8_scale, check_value=False)
     else:
         check_indexer_cache(kernel, "k_cache", cache)
     check_per_token(kernel, "kv_slot_mapping", kv_slot_mapping, torch.int64, t)
@@ -110,9 +127,28 @@ def check_aligned(kernel: str, arg: str, x: torch.Tensor, align: int) -> None:
         raise input_error(kernel, arg, f"data_ptr % {align} == 0", f"data_ptr % {align} == {off}")
 
 
-def check_store_values(kernel: str, cache: torch.Tensor, kv_slot_mapping: torch.Tensor,
-                       fp8_scale: torch.Tensor | None = None) -> None:
-    """The checks that read device memory (debug): slots unique and in range, ``fp8_scale`` > 0."""
-    check_slot_values(kernel, "kv_slot_mapping", kv_slot_mapping, cache)
+def check_store_values(kernel: str, ops: Any) -> None:
+    """The checks that read device memory (debug) of a call's record ``ops``: slots unique and in
+    range, ``fp8_scale`` > 0."""
+    cache, fp8_scale = ops.cache, ops.fp8_scale
+    check_slot_values(kernel, "kv_slot_mapping", ops.kv_slot_mapping, cache)
     if fp8_scale is not None:
         check_fp8_scale(kernel, cache, fp8_scale)
+
+
+#: The formats' store function of each hook: the normative encode and write, its own checks first.
+_STORE = {"store_rows_ds": store_rows_ds, "store_rows_plain": store_rows_plain,
+          "store_rows_indexer": store_rows_indexer}
+
+
+def _reference(ops: Any) -> None:
+    """A hook's reference on a bound call: the formats' store function of ``ops.op``."""
+    _STORE[ops.op](*ops)
+
+
+# Each reference has the op's signature (its table) and the formats function's docs.
+store_rows_ds_reference = with_operands(OPERANDS["store_rows_ds"], _reference, store_rows_ds.__doc__ or "")
+store_rows_plain_reference = with_operands(OPERANDS["store_rows_plain"], _reference,
+                                           store_rows_plain.__doc__ or "")
+store_rows_indexer_reference = with_operands(OPERANDS["store_rows_indexer"], _reference,
+                                             store_rows_indexer.__doc__ or "")

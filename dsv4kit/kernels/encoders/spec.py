@@ -15,17 +15,19 @@ Every backend has one encode routine per encoder, chosen by the encoder id :data
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
 from dsv4kit.family import FamilySpec, Variant, backend_modules
+from dsv4kit.family.operands import dispatch_key, kernel_call
 from dsv4kit.family.spec import KernelRef
 from dsv4kit.formats.ds_mla import DS_HEAD_DIM
 from dsv4kit.formats.indexer_cache import IDX_HEAD_DIM
-from dsv4kit.jit import Immediate, JitKernel, fixed, kernel_launcher
+from dsv4kit.jit import Immediate, JitKernel, fixed
 from dsv4kit.kernels.encoders.reference import (
     ARGS,
+    OPERANDS,
     check_store_inputs,
     check_store_values,
     store_rows_ds_reference,
@@ -102,30 +104,28 @@ class StoreRowsConfig:
 
 
 class StoreRowsBase(JitKernel[Any]):
-    """What the three hooks share: the call (checks, T == 0, dispatch, operands); each hook class
-    adds its CompileKey, and a backend class :meth:`launch_args` and the kernel."""
-
-    #: The hook's op name (its argument table in :data:`ARGS`).
-    hook: ClassVar[str]
+    """What the three hooks share: the call on a hook's record (checks, T == 0, dispatch, operands);
+    each hook class adds its CompileKey, ``dispatch`` and ``__call__`` (:func:`kernel_call` of its
+    record), and a backend class :meth:`launch_args` and the kernel."""
 
     def launch_args(self, key: Any, rows: torch.Tensor, kv_slot_mapping: torch.Tensor, ops: StoreOperands,
                     t: int) -> tuple[Any, ...]:
         """The executor's arguments (per backend)."""
         raise NotImplementedError
 
-    def _store(self, key_args: dict[str, Any], rows: torch.Tensor, cache: torch.Tensor,
-               kv_slot_mapping: torch.Tensor, fp8_scale: torch.Tensor | None, use_fp4: bool | None,
-               debug_checks: bool | None) -> Any:
+    def launch_operands(self, ops: Any, debug_checks: bool | None) -> Any:
+        """The launch spec of one bound call (``ops``, the hook's record in :data:`OPERANDS`)."""
         debug = (not self.platform.is_cuda) if debug_checks is None else debug_checks
-        t = check_store_inputs(self.name, self.hook, rows, cache, kv_slot_mapping, fp8_scale, use_fp4)
+        t = check_store_inputs(self.name, ops)
+        rows = ops.rows
         self.check_device("rows", rows)
         if debug:
-            check_store_values(self.name, cache, kv_slot_mapping, fp8_scale)
+            check_store_values(self.name, ops)
         if t == 0:
             return Immediate(None)
-        key = self.dispatch(**key_args)
-        ops = cache_operands(cache, fp8_scale, rows)
-        return key, self.launch_args(key, rows, kv_slot_mapping, ops, t), None, _none
+        key = dispatch_key(self, ops)
+        store = cache_operands(ops.cache, ops.fp8_scale, rows)
+        return key, self.launch_args(key, rows, ops.kv_slot_mapping, store, t), None, _none
 
 
 def _none(_: Any) -> None:
@@ -134,8 +134,6 @@ def _none(_: Any) -> None:
 
 class StoreRowsDsBase(StoreRowsBase):
     """E1 hook: fp32 rows [T, 512] -> fp8_ds_mla entries."""
-
-    hook = "store_rows_ds"
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:
@@ -147,17 +145,13 @@ class StoreRowsDsBase(StoreRowsBase):
     def get_warmup_keys(self, config: StoreRowsConfig | None = None) -> list[CompileKey]:
         return [self.CompileKey()]
 
-    @kernel_launcher
-    def __call__(self, rows: torch.Tensor, k_cache: torch.Tensor, kv_slot_mapping: torch.Tensor, *,
-                 debug_checks: bool | None = None) -> Any:
-        """Write ``enc_ds(rows[t])`` at slot ``kv_slot_mapping[t]`` (>= 0); returns None."""
-        return self._store({"rows": rows}, rows, k_cache, kv_slot_mapping, None, None, debug_checks)
+    __call__ = kernel_call(
+        OPERANDS["store_rows_ds"],
+        """Write ``enc_ds(rows[t])`` at slot ``kv_slot_mapping[t]`` (>= 0); returns None.""")
 
 
 class StoreRowsPlainBase(StoreRowsBase):
     """E2 / E3 hook: fp32 rows [T, 512] -> bf16 or per-tensor-scaled e4m3 plain rows."""
-
-    hook = "store_rows_plain"
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:
@@ -172,18 +166,13 @@ class StoreRowsPlainBase(StoreRowsBase):
         cfg = config or StoreRowsConfig()
         return [self.CompileKey(store_full_fp8=f) for f in dict.fromkeys(cfg.store_full_fp8)]
 
-    @kernel_launcher
-    def __call__(self, rows: torch.Tensor, cache: torch.Tensor, kv_slot_mapping: torch.Tensor,
-                 fp8_scale: torch.Tensor | None = None, *, debug_checks: bool | None = None) -> Any:
-        """Write E2 (bf16 cache) or E3 (e4m3 cache, ``fp8_scale``) of each row; returns None."""
-        return self._store({"rows": rows, "cache": cache}, rows, cache, kv_slot_mapping, fp8_scale, None,
-                           debug_checks)
+    __call__ = kernel_call(
+        OPERANDS["store_rows_plain"],
+        """Write E2 (bf16 cache) or E3 (e4m3 cache, ``fp8_scale``) of each row; returns None.""")
 
 
 class StoreRowsIndexerBase(StoreRowsBase):
     """E4 / E5 hook: fp32 rows [T, 128] -> indexer K cache entries (FP8 or MXFP4)."""
-
-    hook = "store_rows_indexer"
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:
@@ -198,12 +187,9 @@ class StoreRowsIndexerBase(StoreRowsBase):
         cfg = config or StoreRowsConfig()
         return [self.CompileKey(use_fp4_cache=f) for f in dict.fromkeys(cfg.use_fp4_cache)]
 
-    @kernel_launcher
-    def __call__(self, rows: torch.Tensor, k_cache: torch.Tensor, kv_slot_mapping: torch.Tensor,
-                 use_fp4: bool, *, debug_checks: bool | None = None) -> Any:
-        """Write E4 (``use_fp4=False``) or E5 of each row; returns None."""
-        return self._store({"rows": rows, "use_fp4": use_fp4}, rows, k_cache, kv_slot_mapping, None, use_fp4,
-                           debug_checks)
+    __call__ = kernel_call(
+        OPERANDS["store_rows_indexer"],
+        """Write E4 (``use_fp4=False``) or E5 of each row; returns None.""")
 
 
 _triton, _cutedsl = backend_modules(__package__)  # each imported on first use
