@@ -11,15 +11,18 @@ done with integer bit recipes (:mod:`dsv4kit.formats`), so the kernels can match
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from dsv4kit.errors import input_error
-from dsv4kit.family.schema import Arg, check_args
+from dsv4kit.family.operands import operands, with_operands
+from dsv4kit.family.schema import Arg
 from dsv4kit.formats.bits import pow2
 from dsv4kit.formats.checks import check_ndim
 from dsv4kit.formats.fp8 import q8_quantize
 
-__all__ = ["ARGS", "BLOCK", "check_rowquant_inputs", "rowquant_reference"]
+__all__ = ["ARGS", "BLOCK", "RowQuantOperands", "check_rowquant_inputs", "rowquant_reference"]
 
 BLOCK = 128
 
@@ -28,16 +31,28 @@ BLOCK = 128
 ARGS = (Arg("x", "tensor", (torch.bfloat16,), "[M, N]", "N a positive multiple of 128; rows may be strided"),)
 
 
-def check_rowquant_inputs(kernel: str, x: torch.Tensor) -> None:
-    """The checks the reference and every backend share."""
-    check_args(kernel, ARGS, {"x": x})
+#: The op's operand record (:mod:`dsv4kit.family.operands`): the checks, the reference and the
+#: kernel's call take one, bound once per call.
+RowQuantOperands = operands("rowquant", ARGS)
+
+
+def check_rowquant_inputs(kernel: str, ops: Any) -> torch.Tensor:
+    """The checks the reference and every backend share, of a call's record ``ops``; returns ``x``."""
+    (x,) = ops.checked(kernel)
     check_ndim(kernel, "x", x, 2)
     if x.shape[1] == 0 or x.shape[1] % BLOCK:
         raise input_error(kernel, "x", f"last dim a positive multiple of {BLOCK}", f"shape {tuple(x.shape)}")
+    return x
 
 
-def rowquant_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x`` bf16 ``[M, N]`` -> ``(q float8_e4m3fn [M, N], scale float32 [M, N // 128])``."""
-    check_rowquant_inputs("rowquant_reference", x)
+def _reference(ops: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference on a bound call (see :func:`rowquant_reference`)."""
+    x = check_rowquant_inputs("rowquant_reference", ops)
     codes, e = q8_quantize(x, BLOCK)
     return codes.view(torch.float8_e4m3fn), pow2(e)
+
+
+rowquant_reference = with_operands(
+    RowQuantOperands, _reference,
+    """``x`` bf16 ``[M, N]`` -> ``(q float8_e4m3fn [M, N], scale float32 [M, N // 128])``.""",
+    returns="tuple[torch.Tensor, torch.Tensor]")

@@ -14,8 +14,15 @@ import torch
 from dsv4kit.backends.triton import int_class
 from dsv4kit.errors import input_error
 from dsv4kit.family import FamilySpec, Variant, backend_modules
-from dsv4kit.jit import Immediate, JitKernel, WarmupIntRange, kernel_launcher, zip_inputs
-from dsv4kit.kernels.rowquant.reference import ARGS, BLOCK, check_rowquant_inputs, rowquant_reference
+from dsv4kit.family.operands import kernel_call
+from dsv4kit.jit import Immediate, JitKernel, WarmupIntRange, zip_inputs
+from dsv4kit.kernels.rowquant.reference import (
+    ARGS,
+    BLOCK,
+    RowQuantOperands,
+    check_rowquant_inputs,
+    rowquant_reference,
+)
 
 __all__ = ["COARSEN_AT", "MAX_BLOCKS_PER_PROGRAM", "SPEC", "RowQuantBase", "RowQuantConfig",
            "blocks_per_program"]
@@ -81,14 +88,17 @@ class RowQuantBase(JitKernel["RowQuantBase.CompileKey"]):
         raise NotImplementedError
 
     # ------------------------------------------------------------------ the call
-    @kernel_launcher
-    def __call__(self, x: torch.Tensor, *, debug_checks: bool | None = None) -> Any:
+    __call__ = kernel_call(
+        RowQuantOperands,
         """``x`` bf16 ``[M, N]`` (rows may be strided) -> ``(q e4m3fn [M, N], scale fp32 [M, N/128])``.
 
         ``debug_checks`` is accepted like every op's; rowquant reads no indices, so it has none.
-        """
+        """)
+
+    def launch_operands(self, ops: Any, debug_checks: bool | None) -> Any:
+        """The launch spec of one bound call (``ops``, a :data:`RowQuantOperands`)."""
         name = self.name
-        check_rowquant_inputs(name, x)
+        x = check_rowquant_inputs(name, ops)
         m, n = x.shape
         self.check_device("x", x)
         q = torch.empty((m, n), dtype=torch.float8_e4m3fn, device=x.device)
