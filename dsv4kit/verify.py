@@ -9,9 +9,16 @@ interpreter, on the small cases (CuTeDSL kernels run only on a GPU).
 A battery is a family's seeded cases (its ``cases.py``) as op arguments by name; families whose
 kernels follow a rounding rule rather than bit-identity (the compressors, spec §2.12) also give
 the rule's judge, so a case passes when bit-identical or judged correct, and the verdict counts
-both. This command is the one a user runs on their card; the bandwidth is ``dsv4kit bench``, and
-the cases these batteries do not run yet (the C4 and C128 compressors' large, padded and chained
-cases) are ``benchmarks/``'s two compressor checks (``benchmarks/README.md``).
+both. This command is the one a user runs on their card; the bandwidth is ``dsv4kit bench``.
+
+``--extended`` adds the compressors' extended cases (:data:`EXTENDED`, judged by the same rule):
+C4 random cases at odd state block strides and padded to T = 4200 (past CuTeDSL's decode kernel),
+production-layout cases at T = 16384 and 65536; C128 K7 at odd block strides, K8a on a packed
+pool, K7 -> K8 chains end to end, large-T cases (K7, K8 given the reference's pooled rows, chains),
+the warmed executors launched alone on the large cases and on decode steps. On a GPU the CUDA
+reference is also judged against the CPU one (information, not part of the verdict) and the
+warmed keys' registers and spills go to the JSON. On a CPU the sizes are scaled down
+(:data:`CPU_EXTENDED`, whose notes the verdict prints).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import argparse
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -31,11 +38,29 @@ from dsv4kit.jit import JitMonitor
 from dsv4kit.kernels import FAMILY_NAMES, family
 from dsv4kit.platform import BACKENDS, Platform, current_platform
 
-__all__ = ["BATTERIES", "Check", "Row", "add_parser", "run_verify", "verdict_table"]
+__all__ = ["BATTERIES", "CPU_EXTENDED", "EXTENDED", "GPU_EXTENDED", "Before", "Check", "Extended", "Row",
+           "add_parser", "run_verify", "verdict_table"]
 
 #: A case's judge when bit-identity is not the rule: (case arguments after the kernel, after the
 #: reference) -> pass.
 Judge = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
+
+
+@dataclass(frozen=True)
+class Before:
+    """Another family's op run first on its own ``args``; its result is the case's argument ``into``
+    (a K7 -> K8 chain). ``reference``: both sides get the CPU reference's result instead (the case
+    judges its own op alone on the reference's input)."""
+
+    family: str
+    args: Mapping[str, Any]
+    into: str
+    reference: bool = False
+
+
+#: How the kernel side runs a case other than through the op: (spec, arguments on the device,
+#: device, backend, platform) -> result (e.g. the warmed executor launched alone).
+Call = Callable[[FamilySpec, dict[str, Any], str, str, Platform], Any]
 
 
 @dataclass(frozen=True)
@@ -45,6 +70,8 @@ class Check:
     label: str
     args: Mapping[str, Any]
     judge: Judge | None = None
+    before: Before | None = None
+    call: Call | None = None
 
 
 @dataclass
@@ -59,6 +86,12 @@ class Row:
     compiles_after_warmup: int = 0
     failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: ``--extended`` on a GPU: cases whose CUDA reference was judged against the CPU one, and
+    #: those that passed (information: not part of the verdict).
+    reference_cases: int = 0
+    reference_passed: int = 0
+    #: The warmed keys: key, registers, spills.
+    warmed: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -68,7 +101,9 @@ class Row:
         return {"family": self.family, "backend": self.backend, "cases": self.cases,
                 "bit_identical": self.bit_identical, "passed": self.passed,
                 "compiles_after_warmup": self.compiles_after_warmup, "pass": self.ok,
-                "failures": self.failures[:10], "seconds": round(self.seconds, 3)}
+                "failures": self.failures[:10], "seconds": round(self.seconds, 3),
+                "reference_cases": self.reference_cases, "reference_passed": self.reference_passed,
+                "warmed": self.warmed}
 
 
 # --------------------------------------------------------------------------- batteries
@@ -141,11 +176,15 @@ def _encoders(hook: str) -> Callable[[int, bool], list[Check]]:
     return checks
 
 
+_C4_TOKENS = {True: (1, 7, 33), False: (1, 7, 32, 257, 513)}
+_C128_TOKENS: dict[bool, dict[str, Any]] = {True: {"tokens": (1, 7, 33)}, False: {}}
+
+
 def _c4(op: str) -> Callable[[int, bool], list[Check]]:
     def checks(n: int, small: bool) -> list[Check]:
         from dsv4kit.kernels.c4_compress.cases import judge, random_case
 
-        tokens = (1, 7, 33) if small else (1, 7, 32, 257, 513)
+        tokens = _C4_TOKENS[small]
         out = []
         for i in range(n):
             case = random_case(op, i, tokens=tokens)
@@ -162,8 +201,7 @@ def _c128(op: str) -> Callable[[int, bool], list[Check]]:
         rule = judge_k7 if op == "c128_compress" else judge_store
         out = []
         for i in range(n):
-            kw = {"tokens": (1, 7, 33)} if small else {}
-            case = random_case(op, i, **kw)
+            case = random_case(op, i, **_C128_TOKENS[small])
             out.append(Check(case.label or f"case {i}", case.args, _judge_cache(case, rule, case.output_arg)))
         return out
 
@@ -185,6 +223,122 @@ BATTERIES: dict[str, Callable[[int, bool], list[Check]]] = {
     "dequant_gather": _dequant_gather,
     **{hook: _encoders(hook) for hook in ("store_rows_ds", "store_rows_plain", "store_rows_indexer")},
     "rowquant": _rowquant,
+}
+
+
+# --------------------------------------------------------------------------- extended cases
+
+
+@dataclass(frozen=True)
+class Extended:
+    """Sizes of the extended cases: the GPU checks' own (:data:`GPU_EXTENDED`), or scaled down for
+    the Triton interpreter (:data:`CPU_EXTENDED`; ``notes`` say what and are printed)."""
+
+    past_decode_t: int = 4200                 # C4: T of the padded copies (past CTA_PER_TOKEN_UP_TO)
+    large: tuple[int, ...] = (16384, 65536)   # T of the production-layout cases
+    c128_large: tuple[int, ...] | None = None  # C128's, where not ``large``
+    large_requests: tuple[int, ...] = (1, 4)  # C4: requests of a large case (C128: always 4)
+    all_formats: bool = True                  # C4: every format of an op at large T (else its first)
+    chains: int = 12                          # C128: chains K7 -> K8 per store op
+    packed: int = 3                           # C128: K8a cases on the packed pool
+    decode: tuple[int, ...] = (1, 8, 64, 256)  # C128: decode steps, the executor launched alone
+    device_reference: bool = True             # judge the CUDA reference against the CPU one
+    notes: tuple[str, ...] = ()
+
+
+GPU_EXTENDED = Extended()
+CPU_EXTENDED = Extended(
+    past_decode_t=64, large=(64,), c128_large=(512,), large_requests=(4,), all_formats=False, chains=1,
+    packed=1, decode=(1, 8), device_reference=False,
+    notes=("C4 random cases padded to T=64, not 4200 (the CuTeDSL prefill kernel they reach runs on a GPU)",
+           "large cases at T=64 (C4: four requests, one format per op) and T=512 (C128), not 16384, 65536",
+           "C128: 1 chain per store op (not 12), 1 packed-pool case (not 3), decode steps T=1, 8 (not 1, 8, "
+           "64, 256)",
+           "no CUDA reference to judge against the CPU one; no CuTeDSL backend"))
+
+
+def _c4_extended(op: str) -> Callable[[int, bool, Extended], list[Check]]:
+    def checks(n: int, small: bool, ext: Extended) -> list[Check]:
+        from dsv4kit.kernels.c4_compress.cases import extended_cases, judge
+
+        cases = extended_cases(op, n, tokens=_C4_TOKENS[small], past_decode_t=ext.past_decode_t,
+                               large=ext.large, all_formats=ext.all_formats, nreqs=ext.large_requests)
+        return [Check(c.label, c.args, _judge_cache(c, judge, c.cache_arg)) for c in cases]
+
+    return checks
+
+
+def _launch_alone(spec: FamilySpec, args: dict[str, Any], device: str, backend: str,
+                  platform: Platform) -> None:
+    """The warmed executor launched with the operands the op builds (C128's ``kernel_launch``)."""
+    from dsv4kit.kernels.c128_compress.cases import kernel_launch
+
+    exe, launch = kernel_launch(spec, spec.kernel(DEFAULT_VARIANT, device, backend, platform), args)
+    exe(*launch)
+
+
+def _c128_extended(op: str) -> Callable[[int, bool, Extended], list[Check]]:
+    def checks(n: int, small: bool, ext: Extended) -> list[Check]:
+        from dsv4kit.kernels.c128_compress import cases as cc
+
+        alone = "kernel alone: "
+        out: list[Check] = []
+        if op == cc.K7:
+            for i in range(0, n, 10):
+                c = cc.odd_stride(cc.random_case(op, i, **_C128_TOKENS[small]))
+                out.append(Check(c.label, c.args, _judge_cache(c, cc.judge_k7, c.output_arg)))
+            for t in _c128_large(ext):
+                c = cc.large_chains(t, cc.STORE_FORMATS[:1])[0][1].k7
+                j = _judge_cache(c, cc.judge_k7, c.output_arg)
+                out += [Check(c.label, c.args, j), Check(alone + c.label, c.args, j, call=_launch_alone)]
+        else:
+            if op == cc.K8A:
+                out += [Check(c.label, c.args, _judge_cache(c, cc.judge_store, c.output_arg))
+                        for c in cc.packed_cases(ext.packed)]
+            for i in range(ext.chains):
+                ch = cc.chain_case(op, i)
+                out.append(_chain_check(cc, ch))
+            for t in _c128_large(ext):
+                for name, ch in cc.large_chains(t, tuple(f for f in cc.STORE_FORMATS if f[0] == op)):
+                    s = ch.store
+                    label = f"{op} T={t} {name} (the reference's pooled rows)"
+                    j = _judge_fed(s, cc.judge_store, s.output_arg, "compressed_kv")
+                    fed = Before(cc.K7, ch.k7.args, "compressed_kv", reference=True)
+                    out += [Check(label, s.args, j, fed), Check(alone + label, s.args, j, fed, _launch_alone),
+                            _chain_check(cc, ch)]
+        for t in ext.decode:
+            c = cc.decode_case(op, t)
+            rule = cc.judge_k7 if op == cc.K7 else cc.judge_store
+            out.append(Check(f"{alone}decode T={t} {c.label}", c.args, _judge_cache(c, rule, c.output_arg),
+                             call=_launch_alone))
+        return out
+
+    return checks
+
+
+def _c128_large(ext: Extended) -> tuple[int, ...]:
+    return ext.large if ext.c128_large is None else ext.c128_large
+
+
+def _chain_check(cc: Any, ch: Any) -> Check:
+    """A K7 -> K8 chain: K7 run first (by the same backend), its output K8's ``compressed_kv``."""
+    s = ch.store
+    return Check(ch.label, s.args, lambda got, want: bool(cc.judge_chain(ch, got[s.output_arg],
+                                                                          want[s.output_arg]).ok),
+                 Before(cc.K7, ch.k7.args, "compressed_kv"))
+
+
+def _judge_fed(case: Any, rule: Callable[..., Any], arg: str, into: str) -> Judge:
+    """The rule's verdict on ``arg`` for a case whose input ``into`` was fed (the reference's)."""
+    return lambda got, want: bool(rule(replace(case, args={**case.args, into: want[into]}), got[arg],
+                                       want[arg]).ok)
+
+
+#: family name -> its extended battery ``(n, small, sizes) -> checks`` (``--extended``).
+EXTENDED: dict[str, Callable[[int, bool, Extended], list[Check]]] = {
+    **{op: _c4_extended(op) for op in ("c4_compress_ds_mla", "c4_compress_plain", "indexer_compress")},
+    **{op: _c128_extended(op) for op in ("c128_compress", "c128_norm_rope_store_ds_mla",
+                                         "c128_norm_rope_store_plain")},
 }
 
 
@@ -229,19 +383,26 @@ def _variant(spec: FamilySpec, args: Mapping[str, Any]) -> str:
     return args.get(spec.variant_arg, DEFAULT_VARIANT) if spec.variant_arg else DEFAULT_VARIANT
 
 
-def _warm(spec: FamilySpec, checks: Sequence[Check], device: str, backend: str, platform: Platform) -> None:
-    """Compile the keys the cases request (what a runtime's warmup registers for these calls)."""
-    keys: dict[str, dict[Any, None]] = {}
-    for c in checks:
-        kernel = spec.kernel(_variant(spec, c.args), device, backend, platform)
-        key = spec.dispatch(kernel, c.args) if _dispatch_by_name(spec) else None
-        keys.setdefault(_variant(spec, c.args), {})
+def _warm(spec: FamilySpec, checks: Sequence[Check], device: str, backend: str,
+          platform: Platform) -> list[Any]:
+    """Compile the keys the cases request (what a runtime's warmup registers for these calls), those
+    of the ops run before them too; the warmup reports."""
+    calls = [(spec, c.args) for c in checks]
+    calls += [(family(c.before.family), c.before.args) for c in checks if c.before and not c.before.reference]
+    keys: dict[tuple[str, str], dict[Any, None]] = {}
+    for s, args in calls:
+        kernel = s.kernel(_variant(s, args), device, backend, platform)
+        key = s.dispatch(kernel, args) if _dispatch_by_name(s) else None
+        ks = keys.setdefault((s.name, _variant(s, args)), {})
         if key is not None:
-            keys[_variant(spec, c.args)][key] = None
-    for variant, ks in keys.items():
-        kernel = spec.kernel(variant, device, backend, platform)
-        cfg = None if ks else (spec.config_type() if spec.config_type else None)
-        kernel.warmup(cfg, keys=list(ks) if ks else None)
+            ks[key] = None
+    reports: list[Any] = []
+    for (name, variant), ks in keys.items():
+        s = family(name)
+        kernel = s.kernel(variant, device, backend, platform)
+        cfg = None if ks else (s.config_type() if s.config_type else None)
+        reports += kernel.warmup(cfg, keys=list(ks) if ks else None) or []
+    return reports
 
 
 def _dispatch_by_name(spec: FamilySpec) -> bool:
@@ -249,30 +410,70 @@ def _dispatch_by_name(spec: FamilySpec) -> bool:
     return all(p in names for p in spec.contract._dispatch_program.params)  # type: ignore[attr-defined]
 
 
-def _run_case(spec: FamilySpec, check: Check, device: str, backend: str,
-              platform: Platform) -> tuple[bool, bool]:
-    """(bit-identical, passed) of one case: the kernel on ``device`` vs the reference on the CPU."""
-    want_args = _on(check.args, "cpu")
-    want = _outputs(spec, want_args, _reference(spec, want_args))
-    got_args = _on(check.args, device)
-    result = spec.op(**got_args, backend=backend, platform=platform, debug_checks=device == "cpu")
-    if device != "cpu":
-        torch.cuda.synchronize()
-    got = _outputs(spec, got_args, result)
+def _args(check: Check, device: str, fed: Any, run_before: Callable[[FamilySpec, dict[str, Any]], Any]
+          ) -> dict[str, Any]:
+    """The case's arguments on ``device``; with a :class:`Before`, its op's result (``run_before``'s,
+    or the CPU reference's ``fed``) as the argument it feeds."""
+    args = _on(check.args, device)
+    b = check.before
+    if b is not None:
+        args[b.into] = (_copy(fed, device) if b.reference
+                        else run_before(family(b.family), _on(b.args, device)))
+    return args
+
+
+def _judged(spec: FamilySpec, check: Check, args: dict[str, Any], result: Any, want_args: dict[str, Any],
+            want: list[torch.Tensor]) -> tuple[bool, bool]:
+    """(bit-identical, passed) of what a run wrote or returned against the CPU reference's ``want``."""
+    got = _outputs(spec, args, result)
     same = len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
     if same or check.judge is None:
         return same, same
-    cpu = {k: _copy(v, "cpu") if isinstance(v, torch.Tensor) else v for k, v in got_args.items()}
+    cpu = {k: _copy(v, "cpu") if isinstance(v, torch.Tensor) else v for k, v in args.items()}
     return False, check.judge(cpu, want_args)
 
 
+def _run_case(spec: FamilySpec, check: Check, device: str, backend: str, platform: Platform,
+              device_reference: bool = False) -> tuple[bool, bool, bool | None]:
+    """(bit-identical, passed, the device reference passed or None) of one case: the kernel on
+    ``device`` vs the reference on the CPU; with ``device_reference``, a judged case's reference on
+    ``device`` too (information)."""
+    want_args = _on(check.args, "cpu")
+    fed = None
+    if check.before is not None:
+        b = check.before
+        fed = want_args[b.into] = _reference(family(b.family), _on(b.args, "cpu"))
+    want = _outputs(spec, want_args, _reference(spec, want_args))
+
+    def op(s: FamilySpec, a: dict[str, Any]) -> Any:
+        return s.op(**a, backend=backend, platform=platform, debug_checks=device == "cpu")
+
+    got_args = _args(check, device, fed, op)
+    result = check.call(spec, got_args, device, backend, platform) if check.call else op(spec, got_args)
+    if device != "cpu":
+        torch.cuda.synchronize()
+    same, ok = _judged(spec, check, got_args, result, want_args, want)
+    ref_ok = None
+    if device_reference and device != "cpu" and check.judge is not None:
+        ref_args = _args(check, device, fed, _reference)
+        ref_result = _reference(spec, ref_args)
+        torch.cuda.synchronize()
+        ref_ok = _judged(spec, check, ref_args, ref_result, want_args, want)[1]
+    return same, ok, ref_ok
+
+
 def verify_family(name: str, backend: str, *, device: str, platform: Platform, cases: int,
-                  small: bool) -> Row:
-    """Warm, then run the battery of ``name`` on ``backend`` under ``JitMonitor("error")``."""
+                  small: bool, extended: Extended | None = None) -> Row:
+    """Warm, then run the battery of ``name`` on ``backend`` under ``JitMonitor("error")`` (with
+    ``extended``: its :data:`EXTENDED` cases of those sizes too)."""
     spec, row, t0 = family(name), Row(name, backend), time.perf_counter()
     checks = BATTERIES[name](cases, small)
+    if extended is not None and name in EXTENDED:
+        checks += EXTENDED[name](cases, small, extended)
     try:
-        _warm(spec, checks, device, backend, platform)
+        reports = _warm(spec, checks, device, backend, platform) or []
+        row.warmed = [{"key": str(r.key), "registers": r.info.get("registers"),
+                       "spills": r.info.get("spills")} for r in reports if hasattr(r, "info")]
     except Exception as exc:  # a warmup that fails is the verdict, not a crash of the command
         row.failures.append(f"warmup: {type(exc).__name__}: {exc}")
         row.cases = len(checks)
@@ -281,7 +482,8 @@ def verify_family(name: str, backend: str, *, device: str, platform: Platform, c
         for c in checks:
             row.cases += 1
             try:
-                same, ok = _run_case(spec, c, device, backend, platform)
+                same, ok, ref_ok = _run_case(spec, c, device, backend, platform,
+                                             extended is not None and extended.device_reference)
             except UnwarmedKeyError as exc:  # counted once, from the monitor's events below
                 row.failures.append(f"{c.label}: compile after warmup: {exc}")
                 continue
@@ -290,6 +492,9 @@ def verify_family(name: str, backend: str, *, device: str, platform: Platform, c
                 continue
             row.bit_identical += same
             row.passed += ok
+            if ref_ok is not None:
+                row.reference_cases += 1
+                row.reference_passed += ref_ok
             if not ok:
                 row.failures.append(f"{c.label}: differs from the reference")
     row.compiles_after_warmup = len(monitor.events)
@@ -297,21 +502,35 @@ def verify_family(name: str, backend: str, *, device: str, platform: Platform, c
     return row
 
 
+def extended_sizes(platform: Platform, large: Sequence[int] | None = None) -> Extended:
+    """The extended cases' sizes on ``platform`` (the GPU checks' on a GPU, scaled down on a CPU);
+    ``large`` replaces the large cases' T."""
+    ext = GPU_EXTENDED if platform.is_cuda else CPU_EXTENDED
+    if large is not None:
+        note = f"large cases at T={', '.join(map(str, large)) or 'none'} (--large)"
+        notes = (*(n for n in ext.notes if not n.startswith("large")), note)
+        ext = replace(ext, large=tuple(large), c128_large=None, notes=notes)
+    return ext
+
+
 def run_verify(families: Iterable[str] | None = None, *, cases: int | None = None,
-               backends: Sequence[str] | None = None, platform: Platform | None = None) -> list[Row]:
-    """Every (family, backend) verdict on the present device (see the module docstring)."""
+               backends: Sequence[str] | None = None, platform: Platform | None = None,
+               extended: bool | Extended = False) -> list[Row]:
+    """Every (family, backend) verdict on the present device (see the module docstring); with
+    ``extended`` (True: :func:`extended_sizes`) the compressors' extended cases too."""
     p = platform or current_platform()
     device = "cuda" if p.is_cuda else "cpu"
     small = not p.is_cuda
     if backends is None:
         backends = BACKENDS if p.is_cuda and p.cutedsl else ("triton",)
     n = cases if cases is not None else (3 if small else 60)
-    return [verify_family(f, b, device=device, platform=p, cases=n, small=small)
+    ext = extended_sizes(p) if extended is True else (extended or None)
+    return [verify_family(f, b, device=device, platform=p, cases=n, small=small, extended=ext)
             for f in (families or FAMILY_NAMES) for b in backends]
 
 
-def verdict_table(rows: Sequence[Row], platform: Platform) -> str:
-    """One screen: a row per family and backend, then the verdict."""
+def verdict_table(rows: Sequence[Row], platform: Platform, extended: Extended | None = None) -> str:
+    """One screen: a row per family and backend, then the verdict (and what ``extended`` scaled down)."""
     where = f"cuda {platform.arch} ({platform.device_name})" if platform.is_cuda else \
         "cpu (Triton interpreter, small cases)"
     lines = [f"dsv4kit verify on {where}", "",
@@ -320,6 +539,12 @@ def verdict_table(rows: Sequence[Row], platform: Platform) -> str:
         lines.append(f"{r.family:30s} {r.backend:8s} {r.cases:5d} {r.bit_identical:13d} "
                      f"{r.compiles_after_warmup:8d}  {'pass' if r.ok else 'FAIL'}")
         lines += [f"    {f}" for f in r.failures[:3]]
+        if r.reference_cases:
+            lines.append(f"    CUDA reference vs CPU reference: {r.reference_passed}/{r.reference_cases} "
+                         "pass (information)")
+    if extended is not None:
+        lines += ["", "with the compressors' extended cases (--extended)"]
+        lines += [f"  scaled down / skipped: {n}" for n in extended.notes]
     bad = sum(not r.ok for r in rows)
     lines += ["", "ALL PASS" if not bad else f"{bad} of {len(rows)} FAIL"]
     return "\n".join(lines)
@@ -346,6 +571,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="triton,cutedsl (default: both on a GPU, triton on a CPU)")
     p.add_argument("--cases", type=int, default=None,
                    help="cases per family (default: 60 on a GPU, 3 on a CPU)")
+    p.add_argument("--extended", action="store_true",
+                   help="the compressors' extended cases too: odd strides, C4 padded to T=4200, large T, "
+                        "C128 chains, packed pool, executors alone on large and decode steps (scaled down "
+                        "on a CPU)")
+    p.add_argument("--large", type=lambda v: [int(t) for t in v.split(",") if t.strip()], default=None,
+                   help="--extended: comma-separated T of the large cases (default 16384,65536 on a GPU, "
+                        "512 on a CPU; '' for none)")
     p.add_argument("--json", metavar="FILE", default=None, help="write the verdicts as JSON ('-': stdout)")
     p.set_defaults(handler=cmd_verify)
     return p
@@ -355,13 +587,20 @@ def cmd_verify(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     if args.backends and any(b not in BACKENDS for b in args.backends):
         parser.error(f"--backends: expected some of {', '.join(BACKENDS)}")
     platform = current_platform()
-    rows = run_verify(args.families, cases=args.cases, backends=args.backends, platform=platform)
-    print(verdict_table(rows, platform))
+    ext = extended_sizes(platform, args.large) if args.extended else None
+    rows = run_verify(args.families, cases=args.cases, backends=args.backends, platform=platform,
+                      extended=ext)
+    print(verdict_table(rows, platform, ext))
     if args.json:
         from dsv4kit.bench import provenance  # a record says where it came from (commit, versions, hashes)
         from dsv4kit.cli import _write_json  # `--json -`: the CLI keeps stdout for the JSON alone
 
         _write_json(args.json, {"device": "cuda" if platform.is_cuda else "cpu", "arch": platform.arch,
                                 "pass": all(r.ok for r in rows), "rows": [r.json() for r in rows],
+                                "extended": None if ext is None else {
+                                    "past_decode_t": ext.past_decode_t, "large": list(ext.large),
+                                    "c128_large": list(_c128_large(ext)),
+                                    "chains": ext.chains, "packed": ext.packed, "decode": list(ext.decode),
+                                    "scaled_down": list(ext.notes)},
                                 "provenance": provenance({"platform": str(platform)})})
     return 0 if all(r.ok for r in rows) else 1

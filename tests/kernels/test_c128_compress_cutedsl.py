@@ -9,7 +9,7 @@ tensors are refused. A Python model of K7's work partition and index arithmetic 
 formulas, its summation order) reproduces the reference within the FP32 rule and writes no
 other row.
 
-Bytes and numbers are compared with the reference only on a GPU: ``benchmarks/c128_compress_gpu_check.py``.
+Bytes and numbers are compared with the reference only on a GPU: ``dsv4kit verify --extended``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ approximate division / square root / exponential and the documented thread / war
 spills; the runtime arguments line up with the fake signature; CPU
 tensors are refused.
 
-Bytes are compared with the reference only on a GPU: ``benchmarks/c4_compress_gpu_check.py``.
+Bytes are compared with the reference only on a GPU: ``dsv4kit verify --extended``.
 """
 
 from __future__ import annotations

@@ -30,6 +30,8 @@ from dsv4kit.kernels.c128_compress.reference import (
     STORE_OPS,
     c128_compress_reference,
     c128_rows,
+    check_c128_compress_inputs,
+    check_c128_store_inputs,
 )
 from dsv4kit.kernels.compressor.cases import CompressorCase, boundary_kv_slots, requests, sentinel_cache
 from dsv4kit.kernels.compressor.reference import check_values
@@ -38,9 +40,11 @@ from dsv4kit.testing.cache_judge import Verdict, cpu_copy, judge_entries
 from dsv4kit.testing.compressor_data import KV_REGIMES, LAST_POSITION, SCORE_REGIMES, SENTINEL, TEST_TOKENS
 from dsv4kit.testing.compressor_rule import Fp32Report, check_fp32_rule, rope_magnitudes, term_magnitudes
 
-__all__ = ["KV_REGIMES", "LAST_POSITION", "OPS", "SCORE_REGIMES", "SENTINEL", "TEST_TOKENS", "C128Case",
-           "ChainCase", "K7Verdict", "Verdict", "cpu_copy", "judge_chain", "judge_k7", "judge_store",
-           "make_chain_case", "make_k7_case", "make_k8_case", "random_case"]
+__all__ = ["DECODE_SIZES", "KV_REGIMES", "LAST_POSITION", "OPS", "PACKED_STRIDE", "SCORE_REGIMES", "SENTINEL",
+           "STORE_FORMATS", "TEST_TOKENS", "C128Case", "ChainCase", "K7Verdict", "Verdict", "chain_case",
+           "cpu_copy", "decode_case", "in_order", "judge_chain", "judge_k7", "judge_store", "kernel_launch",
+           "large_chains", "make_chain_case", "make_k7_case", "make_k8_case", "odd_stride", "packed_cases",
+           "random_case"]
 
 OPS = ("c128_compress", *STORE_OPS)
 _D = 512
@@ -369,3 +373,142 @@ def random_case(op: str, i: int, *, tokens: tuple[int, ...] = TEST_TOKENS) -> C1
         fp8_scale=pick((None, 1.0, 2.0**-4, 0.37)),
         seed=i,
     )
+
+
+# --------------------------------------------------------------------------- extended cases
+# ``dsv4kit verify --extended``: the cases the GPU check script ran beyond the random ones.
+
+K7, K8A, K8B = OPS
+#: Formats of the large K8 cases: (op, make_chain_case keywords, name).
+STORE_FORMATS = ((K8A, {}, "E1 fp8_ds_mla"), (K8B, {}, "E2 bf16 rows"),
+                 (K8B, {"fp8_scale": 0.37}, "E3 e4m3 rows"))
+DECODE_SIZES = (1, 8, 64, 256)
+#: (lens, starts) of the chains, cycled: windows crossing 127 and 255, ending at 1 048 575.
+CHAIN_WINDOWS = (
+    ((130, 7), (0, 0)),
+    ((260, 3), (0, 125)),
+    ((130,), (LAST_POSITION + 1 - 130,)),
+    ((140, 20), (120, 240)),
+    ((300,), (0,)),
+    ((64, 200, 9), (100, 0, 250)),
+    ((1,), (127,)),
+    ((257, 2), (1001, 254)),
+    ((128,), (LAST_POSITION + 1 - 128,)),
+    ((513,), (0,)),
+    ((33, 33, 33), (95, 223, 991)),
+    ((7, 129), (121, LAST_POSITION + 1 - 129)),
+)
+#: K8a page strides of the chains (kv_bs 1 and 2 alike; None: the allocator's), trap 4's packed 39168.
+DS_STRIDES = (None, 2304, 39168, 1728)
+PACKED_STRIDE = 39168
+
+
+def odd_stride(case: C128Case, extra: int = 3) -> C128Case:
+    """K7 ``case`` with its state re-laid at block stride ``stride + extra`` (not a multiple of 4:
+    the element-load path; the base stays 16-byte aligned, §2.8 allows any stride >= sbs * 2SW)."""
+    odd = data.odd_block_stride(case.args["state_cache"], extra)
+    label = f"{case.label} block_stride={odd.stride(0)}"
+    return replace(case, args=dict(case.args, state_cache=odd), label=label)
+
+
+def packed_cases(n: int) -> list[C128Case]:
+    """K8a on a packed pool (kv_bs 2, page stride 39168: trap 4's other key)."""
+    shapes = ((32, 4, torch.bfloat16), (257, 3, torch.float32), (7, 2, torch.bfloat16))
+    return [make_k8_case(K8A, t=t, boundaries=b, kv_bs=2, page_stride=PACKED_STRIDE, norm_dtype=w,
+                         kv_regime=KV_REGIMES[i % len(KV_REGIMES)], seed=900 + i)
+            for i, (t, b, w) in enumerate(shapes[:n])]
+
+
+def chain_case(op: str, i: int) -> ChainCase:
+    """The ``i``-th chain K7 -> ``op``: windows, kv_bs, page stride, norm dtype, regimes, e4m3 scale."""
+    lens, starts = CHAIN_WINDOWS[i % len(CHAIN_WINDOWS)]
+    kv_bs = (1, 2)[i % 2]
+    if op == K8A:
+        stride, fp8_scale = DS_STRIDES[(i // 2) % len(DS_STRIDES)], None
+    else:
+        stride = (None, kv_bs * 512 + 16, kv_bs * 1024 + 48)[(i // 2) % 3]
+        fp8_scale = (None, 0.37, 1.0, 2.0**-4)[i % 4]
+    return make_chain_case(
+        op, lens=lens, starts=starts, kv_bs=kv_bs, page_stride=stride,
+        norm_dtype=(torch.bfloat16, torch.float32)[(i // 3) % 2], kv_regime=KV_REGIMES[i % len(KV_REGIMES)],
+        score_regime=SCORE_REGIMES[(3 * i + 1) % len(SCORE_REGIMES)], fp8_scale=fp8_scale,
+        padding=i % 3 != 1, seed=300 + i)
+
+
+def _reorder(args: dict[str, Any], order: torch.Tensor, names: tuple[str, ...]) -> dict[str, Any]:
+    out = dict(args)
+    for n in names:
+        out[n] = args[n][order].contiguous()
+    return out
+
+
+def in_order(chain: ChainCase) -> ChainCase:
+    """``chain`` with its tokens sorted by (request, position), the production layout (the cases
+    interleave requests): each token's rows and entries are the same, only the token order changes."""
+    a = chain.k7.args
+    order = torch.argsort(a["token_to_req"].long() * (1 << 40) + a["positions"])
+    k7 = replace(chain.k7, args=_reorder(a, order, ("token_to_req", "positions", "slot_mapping")),
+                 label=chain.k7.label + " in order")
+    names = ("compressed_kv", "positions", "slot_mapping", "kv_slot_mapping")
+    store = replace(chain.store, args=_reorder(chain.store.args, order, names))
+    return ChainCase(k7, store)
+
+
+def large_chains(t: int, formats: tuple = STORE_FORMATS) -> list[tuple[str, ChainCase]]:
+    """The chains of one large T (4 requests from position 0, tokens in request order, no padding),
+    one per store format of ``formats``, sharing one K7 case (same seed, same tokens)."""
+    lens = tuple([t // 4] * 3 + [t - 3 * (t // 4)])
+    out = []
+    k7 = None
+    for op, kw, name in formats:
+        c = make_chain_case(op, lens=lens, starts=(0, 0, 0, 0), kv_bs=2, padding=False, seed=t, **kw)
+        c = in_order(c)
+        if k7 is None:
+            k7 = c.k7
+        else:
+            assert torch.equal(c.k7.args["positions"], k7.args["positions"])
+            c = ChainCase(k7, c.store)
+        c.k7.meta.update(format="fp32 rows", large=True)
+        c.store.meta.update(format=name, large=True)
+        out.append((name, c))
+    return out
+
+
+def decode_case(op: str, t: int) -> C128Case:
+    """A decode step of ``t`` requests, one new token each, exactly one of them a boundary."""
+    if op == K7:
+        starts = [127 + 128 * 9]
+        for r in range(1, t):
+            p = 200 + 37 * r
+            starts.append(p + 1 if (p + 1) % RATIO == 0 else p)
+        case = make_k7_case(lens=(1,) * t, starts=tuple(starts), padding=False, seed=t)
+    else:
+        case = make_k8_case(op, t=t, boundaries=1, kv_bs=2, padding=False, seed=t)
+    case.meta.update(format="fp32 rows" if op == K7 else ("E1 fp8_ds_mla" if op == K8A else "E2 bf16 rows"))
+    return case
+
+
+def kernel_launch(spec: Any, k: Any, a: dict[str, Any]) -> tuple[Any, tuple[Any, ...]]:
+    """The warmed executor of one call of ``spec``'s op on kernel ``k`` and its arguments, built as
+    the op builds them (after the op's metadata checks): ``state_operands`` (K7),
+    ``NormStoreOperands`` (K8)."""
+    from dsv4kit.kernels.c128_compress.spec import NormStoreOperands, state_operands
+    from dsv4kit.kernels.encoders.spec import cache_operands
+
+    op, name = spec.name, k.name
+    key = spec.dispatch(k, a)
+    if op == K7:
+        t = check_c128_compress_inputs(name, a["state_cache"], a["token_to_req"], a["positions"],
+                                       a["slot_mapping"], a["block_table"], a["out"])
+        ops = state_operands(name, a["state_cache"], a["block_table"], t)
+        launch = k.launch_args(key, a["token_to_req"], a["positions"], a["slot_mapping"], a["block_table"],
+                               a["out"], ops, t)
+    else:
+        cache = a[CACHE_ARG[op]]
+        t, eps = check_c128_store_inputs(name, op, a["compressed_kv"], a["positions"], a["slot_mapping"],
+                                         a["kv_slot_mapping"], a["rms_norm_weight"], a["rms_norm_eps"],
+                                         a["cos_sin_cache"], cache, a.get("fp8_scale"))
+        ops = NormStoreOperands(eps, cache_operands(cache, a.get("fp8_scale"), a["compressed_kv"]))
+        launch = k.launch_args(key, a["compressed_kv"], a["positions"], a["slot_mapping"],
+                               a["kv_slot_mapping"], a["rms_norm_weight"], a["cos_sin_cache"], ops, t)
+    return k._get_or_compile(key), launch

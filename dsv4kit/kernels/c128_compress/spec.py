@@ -111,7 +111,7 @@ class C128CompressConfig(CompressorConfig):
 class C128Base(CompressorBase):
     """What the three C128 ops share: ratio 128, no overlap, head 512; a backend's
     :meth:`launch_args` takes the record and :class:`LaunchOperands`, or (legacy) the arguments
-    one by one as :mod:`benchmarks.c128_compress_gpu_check` passes them."""
+    one by one (as the removed ``benchmarks/c128_compress_gpu_check.py`` passed them)."""
 
     ratio = RATIO
     overlap = False

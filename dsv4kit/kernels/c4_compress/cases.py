@@ -12,6 +12,8 @@ notebook and the GPU script use the same cases.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from dsv4kit.formats.ds_mla import ds_min_page_stride
@@ -31,12 +33,14 @@ from dsv4kit.testing.compressor_data import (
     TEST_TOKENS,
     cos_sin,
     norm_weight,
+    odd_block_stride,
     split_lens,
 )
 from dsv4kit.testing.compressor_rule import term_magnitudes
 
-__all__ = ["KV_REGIMES", "OPS", "SCORE_REGIMES", "SENTINEL", "TEST_TOKENS", "C4Case", "Verdict", "cpu_copy",
-           "judge", "make_case", "random_case"]
+__all__ = ["FORMATS", "KV_REGIMES", "OPS", "PAST_DECODE_T", "SCORE_REGIMES", "SENTINEL", "TEST_TOKENS",
+           "C4Case", "Verdict", "cpu_copy", "extended_cases", "in_order", "judge", "large_cases", "make_case",
+           "odd_stride", "past_decode", "random_case"]
 
 OPS = ("c4_compress_ds_mla", "c4_compress_plain", "indexer_compress")
 
@@ -174,3 +178,91 @@ def _magnitudes(case: C4Case, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     m = term_magnitudes(k, s, a["rms_norm_weight"], a["rms_norm_eps"], cs)
     y = c4_rows(case.op, case.ops, a["rms_norm_eps"], idx)
     return m, y
+
+
+# --------------------------------------------------------------------------- extended cases
+# ``dsv4kit verify --extended``: the cases the GPU check script ran beyond the random ones.
+
+#: Formats of the large-T cases: (op, make_case keywords, label).
+FORMATS = (("c4_compress_ds_mla", {}, "E1 fp8_ds_mla"), ("c4_compress_plain", {}, "E2 bf16 rows"),
+           ("c4_compress_plain", {"fp8_scale": 0.37}, "E3 e4m3 rows"),
+           ("indexer_compress", {"use_fp4": False}, "E4 indexer FP8"),
+           ("indexer_compress", {"use_fp4": True}, "E5 indexer MXFP4"))
+
+#: T of the padded copies of the random cases: past the CuTeDSL decode kernel's
+#: ``CTA_PER_TOKEN_UP_TO`` (4096), so that its prefill kernel sees every awkward case too.
+PAST_DECODE_T = 4200
+
+
+def odd_stride(case: C4Case, extra: int = 3) -> C4Case:
+    """``case`` with its state re-laid at block stride ``stride + extra`` (not a multiple of 4 for
+    extra = 1..3; the base stays 16-byte aligned, §2.8 allows any stride >= sbs * 2SW)."""
+    odd = odd_block_stride(case.args["state_cache"], extra)
+    label = f"{case.label} block_stride={odd.stride(0)}"
+    return replace(case, args=dict(case.args, state_cache=odd), label=label)
+
+
+def in_order(case: C4Case) -> C4Case:
+    """``case`` with its tokens sorted by (request, position): the production layout (make_case
+    interleaves requests); each token's entry is the same, only the token order changes."""
+    a = case.args
+    key = a["token_to_req"].long() * (1 << 40) + a["positions"]
+    order = torch.argsort(key)
+    args = dict(a)
+    for n in ("token_to_req", "positions", "slot_mapping", "kv_slot_mapping"):
+        args[n] = a[n][order].contiguous()
+    return replace(case, args=args, label=case.label + " in order")
+
+
+def past_decode(case: C4Case, t: int = PAST_DECODE_T) -> C4Case:
+    """``case`` with padding tokens (slot and kv slot -1, boundary positions) shuffled in up to ``t``
+    tokens: the same live tokens and expected cache, at a prefill-size T."""
+    a = case.args
+    n = a["positions"].shape[0]
+    extra = max(0, t - n)
+    g = torch.Generator().manual_seed(n)
+    order = torch.randperm(n + extra, generator=g)
+    args = dict(a)
+    pads = {"token_to_req": torch.zeros(extra, dtype=a["token_to_req"].dtype),
+            "positions": torch.full((extra,), 7, dtype=a["positions"].dtype),
+            "slot_mapping": torch.full((extra,), -1, dtype=a["slot_mapping"].dtype),
+            "kv_slot_mapping": torch.full((extra,), -1, dtype=a["kv_slot_mapping"].dtype)}
+    for name, pad in pads.items():
+        args[name] = torch.cat((a[name], pad))[order].contiguous()
+    return replace(case, args=args, label=f"{case.label} padded to T={n + extra}")
+
+
+def large_cases(sizes: tuple[int, ...] | list[int], formats: tuple = FORMATS,
+                nreqs: tuple[int, ...] = (1, 4)) -> list[C4Case]:
+    """Production-layout cases of every T in ``sizes``: one and four requests from position 0,
+    tokens in order, sbs 4, kv_bs 64, no padding, per format of ``formats``."""
+    out = []
+    for t in sizes:
+        for op, kw, name in formats:
+            for nreq in nreqs:
+                lens = (t,) if nreq == 1 else tuple([t // 4] * 3 + [t - 3 * (t // 4)])
+                c = make_case(op, lens=lens, starts=tuple(0 for _ in lens), sbs=4, kv_bs=64, padding=False,
+                              seed=t + nreq, **kw)
+                c = in_order(c)
+                c.meta.update(format=name, large=True, requests=nreq)
+                out.append(c)
+    return out
+
+
+def extended_cases(op: str, n: int, *, tokens: tuple[int, ...] = TEST_TOKENS,
+                   past_decode_t: int = PAST_DECODE_T, large: tuple[int, ...] = (16384, 65536),
+                   all_formats: bool = True, nreqs: tuple[int, ...] = (1, 4)) -> list[C4Case]:
+    """The extended cases of ``op`` over its first ``n`` random cases (those themselves not
+    included): every 10th at an odd state block stride, every 2nd (the odd-stride copy where there
+    is one) padded to ``past_decode_t`` tokens, and the production-layout cases of ``large`` (every
+    format of ``op``, or its first with ``all_formats`` off; ``nreqs`` requests)."""
+    out = []
+    for i in range(n):
+        case = random_case(op, i, tokens=tokens)
+        if i % 10 == 0:
+            case = odd_stride(case)
+            out.append(case)
+        if i % 2 == 0:
+            out.append(past_decode(case, past_decode_t))
+    formats = tuple(f for f in FORMATS if f[0] == op)
+    return out + large_cases(large, formats if all_formats else formats[:1], nreqs)
