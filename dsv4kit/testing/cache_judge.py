@@ -9,9 +9,7 @@ boundary-block rule. Both C4 (K5, K6, K9) and C128 (K8a, K8b) cases use it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -27,7 +25,7 @@ from dsv4kit.testing.compressor_rule import (
     e4m3_step,
 )
 
-__all__ = ["CACHE_KINDS", "Verdict", "VerdictSummary", "cpu_copy", "judge_entries", "span_bytes", "span_view"]
+__all__ = ["CACHE_KINDS", "Verdict", "cpu_copy", "judge_entries", "span_bytes", "span_view"]
 
 #: ``ds``: fp8_ds_mla (E1); ``plain``: bf16 / e4m3 rows (E2 / E3); ``indexer``: FP8 / MXFP4 (E4 / E5).
 CACHE_KINDS = ("ds", "plain", "indexer")
@@ -62,58 +60,6 @@ class Verdict:
     def assert_ok(self) -> None:
         if not self.ok:
             raise AssertionError(self.summary())
-
-
-@dataclass(frozen=True)
-class VerdictSummary:
-    """How a GPU check script (``benchmarks/c4_compress_gpu_check.py``, ``c128_...``) sums its
-    verdict records (one dict per judged case: ``ok``, ``violations``, ``bit_identical``, ...; an
-    ``error`` where the case raised) per op, backend, reference and case set, and logs the sums."""
-
-    #: The record field that names a case's set, and its label in a row (``set``).
-    set_field: str
-    #: The records' ``<other>_equal`` (bytes the rule does not judge) -> the rows' ``<other>_differ``.
-    other: str
-    #: What the log calls those bytes.
-    other_what: str
-    #: Column widths of the op and the set in the log.
-    op_width: int
-    set_width: int
-    set_label: Callable[[Any], str] = str
-
-    def rows(self, records: list[dict[str, Any]], log: Callable[[str], None]) -> list[dict[str, Any]]:
-        """One row per (op, backend, reference, set), sorted by them, each logged as a table line."""
-        groups: dict[tuple, list] = {}
-        for r in records:
-            groups.setdefault((r["op"], r["backend"], r["reference"], r[self.set_field]), []).append(r)
-        ow, sw = self.op_width, self.set_width
-        log("")
-        log(f"{'op':{ow}s} {'backend':14s} {'ref':5s} {'set':{sw}s} {'conform':>9s} {'violations':>10s} "
-            f"{'scale':>6s} {'step':>6s} {'bit-identical / total':>28s}")
-        out = []
-        for (op, backend, ref, set_value), rs in sorted(groups.items()):
-            row = self._row(rs, op=op, backend=backend, reference=ref, set=self.set_label(set_value))
-            out.append(row)
-            frac = row["bit_identical"] / row["elements"] if row["elements"] else float("nan")
-            differ = row[f"{self.other}_differ"]
-            log(f"{op:{ow}s} {backend:14s} {ref:5s} {row['set']:{sw}s} "
-                f"{row['conforming']:4d}/{row['cases']:<4d} {row['violations']:10d} "
-                f"{row['scale_mismatches']:6d} {row['used_step']:6d} "
-                f"{row['bit_identical']:>12d}/{row['elements']:<11d} ({frac:.5%})"
-                + (f"  {row['errors']} errors" if row["errors"] else "")
-                + (f"  {differ} cases with {self.other_what} differing" if differ else ""))
-        return out
-
-    def _row(self, rs: list[dict[str, Any]], **labels: str) -> dict[str, Any]:
-        """The sums of one group's records (a field a record lacks counts 0: an errored case)."""
-        return {**labels, "cases": len(rs), "conforming": sum(bool(r["ok"]) for r in rs),
-                "violations": sum(r.get("violations", 0) for r in rs),
-                "scale_mismatches": sum(r.get("scale_mismatches", 0) for r in rs),
-                "used_step": sum(r.get("used_step", 0) for r in rs),
-                f"{self.other}_differ": sum(not r.get(f"{self.other}_equal", True) for r in rs),
-                "errors": sum("error" in r for r in rs),
-                "bit_identical": sum(r.get("bit_identical", 0) for r in rs),
-                "elements": sum(r.get("elements", 0) for r in rs)}
 
 
 def _storage_bytes(x: torch.Tensor) -> torch.Tensor:
