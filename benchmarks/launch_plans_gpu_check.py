@@ -61,14 +61,16 @@ def _through_jit_run(spec: Any, base: dict[str, Any]) -> list[bytes]:
     one that the full and planned paths both take."""
     from triton import knobs
 
-    before = knobs.runtime.launch_enter_hook
-    knobs.runtime.launch_enter_hook = lambda *metadata: None
+    def hook(metadata: Any) -> None:
+        pass
+
+    knobs.runtime.launch_enter_hook.add(hook)
     try:
         with launch_plans.disabled():
             call = _copy(base)
             return _bytes(spec.op(**call), call)
     finally:
-        knobs.runtime.launch_enter_hook = before
+        knobs.runtime.launch_enter_hook.remove(hook)
 
 
 def check(spec: Any, backend: str) -> dict[str, Any]:
