@@ -754,11 +754,9 @@ def _c4_written(op: str, a: dict[str, Any], terms: bool) -> tuple[torch.Tensor, 
     """Tokens a C4 compressor call wrote (the reference's selection), and (m, y) of their entries
     (the C4 cases' magnitudes: pooled window terms of the call's inputs)."""
     from dsv4kit.kernels.c4_compress.cases import C4Case, _magnitudes
-    from dsv4kit.kernels.c4_compress.reference import HEAD_DIM, check_c4_values
+    from dsv4kit.kernels.c4_compress.reference import OPERANDS, check_c4_values
 
-    cache = a["kv_cache" if "kv_cache" in a else "k_cache"]
-    idx = check_c4_values(op, a["state_cache"], a["token_to_req"], a["positions"], a["slot_mapping"],
-                          a["block_table"], a["cos_sin_cache"], cache, a["kv_slot_mapping"], HEAD_DIM[op])
+    idx = check_c4_values(op, OPERANDS[op](**a))
     if not terms or not len(idx):
         return idx, None
     m, y = _magnitudes(C4Case(op, a), idx)
@@ -770,15 +768,14 @@ def _chain_written(op: str, k7: dict[str, Any], a: dict[str, Any], terms: bool) 
     ``m`` from the window rows, ``y`` from the call's ``compressed_kv`` (the reference K7's rows on
     the reference side)."""
     from dsv4kit.kernels.c128_compress.cases import _windows
-    from dsv4kit.kernels.c128_compress.reference import OPERANDS, RATIO, c128_rows, check_c128_store_values
+    from dsv4kit.kernels.c128_compress.reference import OPERANDS, RATIO, c128_rows, check_c128_values
 
-    cache = a["kv_cache" if "kv_cache" in a else "k_cache"]
-    idx = check_c128_store_values(op, a["positions"], a["slot_mapping"], a["kv_slot_mapping"],
-                                  a["cos_sin_cache"], cache, a.get("fp8_scale"))
+    ops = OPERANDS[op](**a)
+    idx = check_c128_values(op, ops)
     if not terms or not len(idx):
         return idx, None
     k, s = _windows(k7, idx)
     w, eps, cs = a["rms_norm_weight"], a["rms_norm_eps"], a["cos_sin_cache"]
     m = term_magnitudes(k, s, w, eps, cs[compressed_position(a["positions"][idx], RATIO)])
-    y = c128_rows(op, OPERANDS[op](**a), eps, idx)
+    y = c128_rows(op, ops, eps, idx)
     return idx, (m.cpu(), y.cpu())

@@ -32,8 +32,7 @@ import torch
 from dsv4kit.kernels.c128_compress.reference import (
     RATIO,
     STATE_BLOCK_SIZE,
-    check_c128_compress_values,
-    check_c128_store_values,
+    check_c128_values,
 )
 from dsv4kit.kernels.c128_compress.spec import (
     SPECS,
@@ -529,9 +528,7 @@ def k7_fractions(case: Any, got: torch.Tensor, want: torch.Tensor) -> torch.Tens
 
     a = case.args
     got, want = got.cpu(), want.cpu()
-    idx = check_c128_compress_values(
-        case.op, a["state_cache"], a["token_to_req"], a["positions"], a["slot_mapping"], a["block_table"]
-    )
+    idx = check_c128_values(case.op, case.ops)
     if idx.numel() == 0:
         return torch.zeros(0, dtype=torch.float64)
     k, _, _ = window_rows(
@@ -619,15 +616,7 @@ def store_step_differences(case: Any, got: torch.Tensor, want: torch.Tensor) -> 
     units of the compressor rule's step (§2.12): ``nope`` / ``rope`` (K8a), ``rows`` (K8b); float64.
     Same units as :func:`~dsv4kit.viz.compressor.step_differences` (0: bit-identical, 1: one step)."""
     a = case.args
-    idx = check_c128_store_values(
-        case.op,
-        a["positions"],
-        a["slot_mapping"],
-        a["kv_slot_mapping"],
-        a["cos_sin_cache"],
-        got,
-        a.get("fp8_scale"),
-    )
+    idx = check_c128_values(case.op, case.OPERANDS[case.op](**{**a, case.output_arg: got}))
     kind = "ds" if case.op == "c128_norm_rope_store_ds_mla" else "plain"
     return entry_step_units(kind, got, want, a["kv_slot_mapping"][idx], fp8_scale=a.get("fp8_scale"))
 

@@ -388,19 +388,7 @@ def plot_window(
 
 def _written(case: Any) -> tuple[torch.Tensor, torch.Tensor]:
     a = case.args
-    cache = a[case.cache_arg]
-    idx = check_c4_values(
-        case.op,
-        a["state_cache"],
-        a["token_to_req"],
-        a["positions"],
-        a["slot_mapping"],
-        a["block_table"],
-        a["cos_sin_cache"],
-        cache,
-        a["kv_slot_mapping"],
-        HEAD_DIM[case.op],
-    )
+    idx = check_c4_values(case.op, case.ops)
     return idx, a["kv_slot_mapping"][idx]
 
 

@@ -30,8 +30,8 @@ from dsv4kit.kernels.c128_compress.reference import (
     STORE_OPS,
     c128_compress_reference,
     c128_rows,
-    check_c128_compress_inputs,
-    check_c128_store_inputs,
+    check_k7,
+    check_k8,
 )
 from dsv4kit.kernels.compressor.cases import CompressorCase, boundary_kv_slots, requests, sentinel_cache
 from dsv4kit.kernels.compressor.reference import check_values
@@ -498,16 +498,13 @@ def kernel_launch(spec: Any, k: Any, a: dict[str, Any]) -> tuple[Any, tuple[Any,
     op, name = spec.name, k.name
     key = spec.dispatch(k, a)
     if op == K7:
-        t = check_c128_compress_inputs(name, a["state_cache"], a["token_to_req"], a["positions"],
-                                       a["slot_mapping"], a["block_table"], a["out"])
+        t = check_k7(name, OPERANDS[K7](**a))[0]
         ops = state_operands(name, a["state_cache"], a["block_table"], t)
         launch = k.launch_args(key, a["token_to_req"], a["positions"], a["slot_mapping"], a["block_table"],
                                a["out"], ops, t)
     else:
         cache = a[CACHE_ARG[op]]
-        t, eps = check_c128_store_inputs(name, op, a["compressed_kv"], a["positions"], a["slot_mapping"],
-                                         a["kv_slot_mapping"], a["rms_norm_weight"], a["rms_norm_eps"],
-                                         a["cos_sin_cache"], cache, a.get("fp8_scale"))
+        t, eps = check_k8(name, OPERANDS[op](**a))
         ops = NormStoreOperands(eps, cache_operands(cache, a.get("fp8_scale"), a["compressed_kv"]))
         launch = k.launch_args(key, a["compressed_kv"], a["positions"], a["slot_mapping"],
                                a["kv_slot_mapping"], a["rms_norm_weight"], a["cos_sin_cache"], ops, t)

@@ -26,8 +26,7 @@ from dsv4kit.kernels.compressor.reference import compress_rows
 __all__ = ["ARGS", "CACHE_ARG", "OPERANDS", "RATIO", "STATE_BLOCK_SIZE", "STORE_OPS",
            "c128_compress_reference", "c128_norm_rope_store_ds_mla_reference",
            "c128_norm_rope_store_plain_reference", "c128_rows",
-           "check_c128_compress_inputs", "check_c128_compress_values", "check_c128_store_inputs",
-           "check_c128_store_values", "check_k7", "check_k8"]
+           "check_c128_values", "check_k7", "check_k8"]
 
 #: The compress ratio (window rows) of every kernel here.
 RATIO = 128
@@ -172,34 +171,8 @@ c128_norm_rope_store_plain_reference = with_operands(
     "K8b: as K8a but E2 (bf16 cache) or E3 (e4m3 cache with ``fp8_scale[0]``) plain-row store (§2.6).")
 
 
-# --------------------------------------------------------------------------- arguments one by one
-# The forms the viz (dsv4kit/viz/c128.py) and the GPU check script call: each binds its op's record.
-
-
-def check_c128_compress_inputs(kernel: str, *args: Any) -> int:
-    """:func:`check_k7` of K7's arguments (``state_cache, token_to_req, positions, slot_mapping,
-    block_table, out``); returns T."""
-    return check_k7(kernel, OPERANDS["c128_compress"](*args))[0]
-
-
-def check_c128_compress_values(kernel: str, *args: Any) -> torch.Tensor:
-    """The value checks of K7's arguments (``state_cache, token_to_req, positions, slot_mapping,
-    block_table``); returns the boundary tokens."""
-    return common.check_values(kernel, OPERANDS["c128_compress"](*args), RATIO, False, DS_HEAD_DIM)
-
-
-def check_c128_store_inputs(kernel: str, op: str, *args: Any) -> tuple[int, float]:
-    """:func:`check_k8` of ``op``'s arguments, in its table's order (K8a: a trailing ``fp8_scale``,
-    None, is dropped); returns (T, eps)."""
-    record = OPERANDS[op]
-    return check_k8(kernel, record(*args[: len(record._fields)]))
-
-
-def check_c128_store_values(kernel: str, positions: torch.Tensor, slot_mapping: torch.Tensor,
-                            kv_slot_mapping: torch.Tensor, cos_sin_cache: torch.Tensor, cache: torch.Tensor,
-                            fp8_scale: torch.Tensor | None = None) -> torch.Tensor:
-    """The value checks of K8a / K8b (kv slots unique and in range, rope rows, ``fp8_scale`` > 0) of
-    arguments passed one by one; returns the indices of the tokens that write an entry."""
-    ops = OPERANDS["c128_norm_rope_store_plain"](None, positions, slot_mapping, kv_slot_mapping, None, None,
-                                                 cos_sin_cache, cache, fp8_scale)
+def check_c128_values(kernel: str, ops: Any) -> torch.Tensor:
+    """The value checks of a C128 op's record (K7: request rows, block-table columns and entries;
+    K8a / K8b: kv slots unique and in range, rope rows, ``fp8_scale`` > 0), the form the viz and the
+    pipeline judge call; returns the indices of the tokens that write an entry."""
     return common.check_values(kernel, ops, RATIO, False, DS_HEAD_DIM)

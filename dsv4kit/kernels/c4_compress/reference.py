@@ -102,12 +102,8 @@ indexer_compress_reference = with_operands(OPERANDS["indexer_compress"], _refere
     "K9: C4 pool (D 128) -> RMSNorm -> RoPE on dims [64, 128) -> E4 (FP8) or E5 (MXFP4) store (§2.7).")
 
 
-def check_c4_values(kernel: str, state_cache: torch.Tensor, token_to_req: torch.Tensor,
-                    positions: torch.Tensor, slot_mapping: torch.Tensor, block_table: torch.Tensor,
-                    cos_sin_cache: torch.Tensor, cache: torch.Tensor, kv_slot_mapping: torch.Tensor,
-                    head: int, fp8_scale: torch.Tensor | None = None) -> torch.Tensor:
-    """:func:`~dsv4kit.kernels.compressor.reference.check_values` of arguments passed one by one (the
-    form :mod:`dsv4kit.viz.compressor` calls); returns the indices of the tokens that write an entry."""
-    ops = OPERANDS["c4_compress_plain"](state_cache, token_to_req, positions, slot_mapping, block_table, None,
-                                        None, None, cos_sin_cache, cache, kv_slot_mapping, fp8_scale)
-    return common.check_values(kernel, ops, RATIO, True, head)
+def check_c4_values(kernel: str, ops: Any) -> torch.Tensor:
+    """:func:`~dsv4kit.kernels.compressor.reference.check_values` of a C4 op's record (the form
+    :mod:`dsv4kit.viz.compressor` and the pipeline judge call); returns the indices of the tokens
+    that write an entry."""
+    return common.check_values(kernel, ops, RATIO, True, HEAD_DIM[ops.op])
