@@ -39,9 +39,9 @@ def regime(name: str, m: int, n: int, seed: int = 0, gen: torch.Generator | None
         x = torch.sign(r) * torch.exp2(e) * (1 + torch.rand(m, n, generator=g))
     elif name == "saturating":  # block amax exactly 448 * 2^k, and the next bf16 above it
         x = r.clone()
-        k = torch.randint(-10, 10, (m, (n + 127) // 128), generator=g).float()
-        x[:, ::128] = 448 * torch.exp2(k[:, : x[:, ::128].shape[1]])
-        x[:, 1::128] = -448 * torch.exp2(k[:, : x[:, 1::128].shape[1]]) * (1 + 2**-7)  # exponent + 1
+        scale = torch.exp2(torch.randint(-10, 10, (m, (n + 127) // 128), generator=g).float())  # a block each
+        x[:, ::128] = 448 * scale
+        x[:, 1::128] = -448 * scale[:, : x[:, 1::128].shape[1]] * (1 + 2**-7)  # exponent + 1
     elif name == "outlier":
         x = r.clone()
         x[:, ::128] *= 1e4  # drives the rest of the block to e4m3 subnormals and zero
