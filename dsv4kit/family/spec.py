@@ -39,7 +39,15 @@ from dsv4kit.errors import ContractError, KernelInputError, input_error
 from dsv4kit.family.plans import MAX_PLANS, CallPlan, OpLaunch, call_signature, op_launch_for, plan_for
 from dsv4kit.family.schema import Arg, arg_table_markdown, check_args
 from dsv4kit.jit import JitKernel, registry
-from dsv4kit.jit.launch_plans import _STATE, FIRST, PLAN, PlanTable, by_identity, launch_signature
+from dsv4kit.jit.launch_plans import (
+    _STATE,
+    FIRST,
+    PLAN,
+    PlanTable,
+    by_identity,
+    launch_signature,
+    size_sight,
+)
 from dsv4kit.jit.monitor import runtime_entry
 from dsv4kit.platform import BACKENDS, Platform, current_platform
 
@@ -272,7 +280,9 @@ class FamilySpec:
     def _lookup_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """:meth:`_call` past the hot entries: by launch signature, by call signature, or checked."""
         launches = self._launches
-        described = launch_signature(args, kwargs) if _STATE["enabled"] else None
+        # sizes never counted: a launch signature never seen (not computed; the kernel is told FIRST)
+        first = _STATE["enabled"] and launches.first_sight(size_sight(args, kwargs))
+        described = launch_signature(args, kwargs) if _STATE["enabled"] and not first else None
         fast: OpLaunch | bool | None = None
         if described is not None:
             key = (described[0], id(current_platform()))
@@ -286,7 +296,7 @@ class FamilySpec:
             return self.call_checked(*args, _signature=sig, **kwargs)
         # an op launch is made on the signature's second call, when the kernel has planned it too
         make = described is not None and fast is not False and (fast is not None or launches.seen_before(key))
-        if described is not None and not fast:
+        if first or (described is not None and not fast):
             # what the kernel cannot know cheaply: a first sight (nothing to look up) or a second (plan it)
             _STATE["sight"] = PLAN if make else FIRST
         try:

@@ -24,6 +24,7 @@ from dsv4kit.jit.launch_plans import (
     build_plan,
     launch_signature,
     plans_of,
+    size_sight,
     take_sight,
 )
 from dsv4kit.jit.monitor import runtime_entry
@@ -112,7 +113,11 @@ def kernel_launcher(fn: Callable[..., Any] | None = None, *, bind_launch_inputs:
                     tensors = guard(args, kwargs)
                     if tensors is not None and plan.valid(cache):
                         return plan(tensors)
-            described = launch_signature(args, kwargs) if plannable(self, args, kwargs) else None
+            # sizes never counted: a signature never seen, not computed (the op's PLAN: seen by the op)
+            if not plannable(self, args, kwargs) or (
+                    sight is not PLAN and plans.first_sight(size_sight(args, kwargs))):
+                return full_path(self, args, kwargs, None)
+            described = launch_signature(args, kwargs)
             if described is not None:
                 plan = plans.get(described[0])
                 if plan is not None:
