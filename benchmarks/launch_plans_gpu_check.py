@@ -88,7 +88,7 @@ def check(spec: Any, backend: str) -> dict[str, Any]:
         spec.op(**_copy(base))
     plan = _plan_of(spec)
     row["planned"] = plan is not None
-    launch = plan.run.__globals__["launch"] if plan is not None else None
+    launch = getattr(plan, "launch", None)
     row["direct_launch"] = launch is not None and "_direct_launcher" in launch.__qualname__
     call = _copy(base)
     row["eager_identical"] = _bytes(spec.op(**call), call) == want
