@@ -5,8 +5,9 @@ CUDA graph, and a bad call after the plan warmed is still a named error.
 For every public op and backend: the op's valid call (``dsv4kit.testing.valid_calls``) moved to the
 GPU with the same sizes, strides and offsets, value checks off. Three runs on fresh copies of the
 same inputs: the full path (launch plans off), a planned call (after the calls that make the
-plan: a signature is planned on its ``plan_after``-th call), and a CUDA graph of a planned call, replayed. Each run's outputs and every tensor
-argument (the caches it writes) are compared byte for byte with the full path's. On Triton, where
+plan: a signature is planned on its ``plan_after``-th call), and a CUDA graph of a planned call,
+replayed. Each run's outputs and every tensor argument (the caches it writes) are compared byte
+for byte with the full path's. On Triton, where
 the full path is a direct launch too, it is itself held to the same call through ``JITFunction.run``
 (which the direct launch declines while a launch hook is registered). Then four bad
 calls with the plan in place (a CPU tensor, another dtype, one dim more, a meta tensor), which must

@@ -280,15 +280,30 @@ class FamilySpec:
     def _lookup_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """:meth:`_call` past the hot entries: by launch signature, by call signature, or checked."""
         launches = self._launches
-        # sizes never counted: a launch signature never seen (not computed; the kernel is told FIRST)
-        first = _STATE["enabled"] and launches.first_sight(size_sight(args, kwargs))
-        described = launch_signature(args, kwargs) if _STATE["enabled"] and not first else None
+        first, described, sizes = False, None, None
+        if _STATE["enabled"]:
+            sizes = size_sight(args, kwargs)
+            entries = launches.sighted(sizes)
+            # sizes never counted: a launch signature never seen (not computed; the kernel is told FIRST)
+            first = entries is None
+            if entries:
+                platform = current_platform()
+                for entry in entries:  # op launches made for these sizes, by their guards
+                    hot = entry[0]
+                    if hot.platform is platform:
+                        tensors = entry[1](args, kwargs)
+                        if tensors is not None and hot.valid():
+                            launches.lift(entry)
+                            return hot.plan(tensors)
+            if not first:
+                described = launch_signature(args, kwargs)
         fast: OpLaunch | bool | None = None
         if described is not None:
             key = (described[0], id(current_platform()))
             fast = launches.get(key)
             if fast and fast.valid():
                 launches.promote(fast, described[1])
+                launches.file(sizes, fast)
                 return fast(described[1])
         sig = call_signature(self.args, OP_OPTIONS, args, kwargs, self._rows)
         plan = self._plans.get(sig) if sig is not None else None
@@ -310,6 +325,7 @@ class FamilySpec:
             launches[key] = made or False
             if made:
                 launches.promote(made, described[1])
+                launches.file(sizes, made)
         return result
 
     def call_checked(self, *args: Any, _signature: tuple[Any, ...] | None = None, **kwargs: Any) -> Any:

@@ -145,10 +145,14 @@ class PlanTable(dict):  # type: ignore[type-arg]
     several full calls, and in serving most sizes come once (measured on the CPU with the no-op
     executor: a new shape 18-52 µs unplanned, 96-335 µs planned on sight).
 
-    ``sizes``: the :func:`size_sight` of every call counted. A call whose size sight is not there
-    has a signature never counted (the size sight is a function of the signature), so no plan or
-    count can exist for it: :meth:`first_sight` says so without computing the signature (its
-    cost grows with the tensors: 1.2 µs for one, 8.6 µs for ten on the CPU machine)."""
+    ``sizes``: the :func:`size_sight` of every call counted, each with the plans made for calls of
+    it (their hot-guard entries, at most ``HOT``). A call whose size sight is not there has a
+    signature never counted (the size sight is a function of the signature), so no plan or count
+    can exist for it: :meth:`sighted` says so without computing the signature (its cost grows with
+    the tensors: 1.2 µs for one, 8.6 µs for ten on the CPU machine, the size sight a fifth of
+    that). A call of a size sight seen before tries that sight's plans by their guards, and computes
+    its signature only when none passes: a cycle of seen shapes longer than ``HOT`` costs a size
+    sight and a guard, not a signature."""
 
     __slots__ = ("bound", "hot", "once", "sizes")
 
@@ -156,26 +160,40 @@ class PlanTable(dict):  # type: ignore[type-arg]
         super().__init__()
         self.hot: tuple[tuple[Any, Callable[..., Any]], ...] = ()
         self.once: dict[Any, int] = {}
-        self.sizes: set[tuple[Any, ...]] = set()
         # id(plan) -> its bound guard (None: it cannot be bound): a plan's guard is built once, not
         # at every promotion (a cycle of more signatures than ``HOT`` promotes at every call)
         self.bound: dict[int, Callable[..., Any] | None] = {}
+        self.sizes: dict[tuple[Any, ...], tuple[tuple[Any, Callable[..., Any]], ...]] = {}
 
-    def first_sight(self, sizes: tuple[Any, ...]) -> bool:
-        """Whether a call of size sight ``sizes`` (:func:`size_sight`) is the first of its signature
-        this table counts (then its signature need not be computed: nothing is kept for it); records
-        ``sizes`` as that first call. Never with plans on sight (``plan_after`` 1)."""
-        if _STATE["plan_after"] <= 1 or sizes in self.sizes:
-            return False
+    def sighted(self, sizes: tuple[Any, ...]) -> tuple[tuple[Any, Callable[..., Any]], ...] | None:
+        """The ``(plan, guard)`` entries made for calls of size sight ``sizes`` (:func:`size_sight`),
+        or None for the first call of it this table counts (recorded now: its signature need not be
+        computed, nothing is kept for it). Never None with plans on sight (``plan_after`` 1)."""
+        entries = self.sizes.get(sizes)
+        if entries is not None:
+            return entries
         if len(self.sizes) >= MAX_ONCE:
             self.sizes.clear()  # a call of a forgotten size sight takes its first sight again
-        self.sizes.add(sizes)
-        return True
+        self.sizes[sizes] = ()
+        return () if _STATE["plan_after"] <= 1 else None
+
+    def file(self, sizes: tuple[Any, ...], plan: Any) -> None:
+        """File ``plan`` (just promoted: its guard is bound) under the size sight of its call."""
+        guard = self.bound.get(id(plan))
+        if guard is not None:
+            kept = self.sizes.get(sizes, ())
+            self.sizes[sizes] = ((plan, guard), *(h for h in kept if h[0] is not plan))[:HOT]
+
+    def lift(self, entry: tuple[Any, Callable[..., Any]]) -> None:
+        """Put ``entry`` (a ``(plan, guard)`` of :meth:`sighted` whose guard a call just passed) first
+        in ``hot``, its guard as bound (it may hand tensors over in another order than the call's)."""
+        plan = entry[0]
+        self.hot = (entry, *(h for h in self.hot[: HOT] if h[0] is not plan))[:HOT]
 
     def seen_before(self, signature: Any) -> bool:
         """Whether this call of ``signature`` is worth a plan (its ``plan_after``-th call or later);
-        counts the call if not. The call after a :meth:`first_sight` of its size sight: that first
-        sight counts as the signature's first call (a signature sharing its size sight with another
+        counts the call if not. The call after the first sight of its size sight (:meth:`sighted`):
+        that first sight counts as the signature's first call (a signature sharing its size sight with another
         may be planned one call early; never late)."""
         after = _STATE["plan_after"]
         if after <= 1:
@@ -203,6 +221,9 @@ class PlanTable(dict):  # type: ignore[type-arg]
     def _cool(self, plan: Any) -> None:
         self.hot = tuple(h for h in self.hot if h[0] is not plan)
         self.bound.pop(id(plan), None)
+        for sizes, kept in self.sizes.items():  # rare (a cleared executor): a scan is fine
+            if any(h[0] is plan for h in kept):
+                self.sizes[sizes] = tuple(h for h in kept if h[0] is not plan)
 
     def clear(self) -> None:
         self.hot = ()
@@ -296,7 +317,7 @@ def launch_signature(args: tuple[Any, ...], kwargs: Mapping[str, Any]
 
 def size_sight(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
     """The sizes of a call's plain tensors (exact type ``torch.Tensor``), in call order: a function
-    of its :func:`launch_signature` that costs about a tenth of it (:meth:`PlanTable.first_sight`).
+    of its :func:`launch_signature` that costs a fifth of it or less (:meth:`PlanTable.sighted`).
     Two signatures may share one (other strides, another scalar); one signature never has two."""
     tensor = torch.Tensor
     return (*[v.shape for v in args if type(v) is tensor],

@@ -113,26 +113,38 @@ def kernel_launcher(fn: Callable[..., Any] | None = None, *, bind_launch_inputs:
                     tensors = guard(args, kwargs)
                     if tensors is not None and plan.valid(cache):
                         return plan(tensors)
-            # sizes never counted: a signature never seen, not computed (the op's PLAN: seen by the op)
-            if not plannable(self, args, kwargs) or (
-                    sight is not PLAN and plans.first_sight(size_sight(args, kwargs))):
+            if not plannable(self, args, kwargs):
                 return full_path(self, args, kwargs, None)
+            sizes = size_sight(args, kwargs)
+            entries = plans.sighted(sizes)
+            # sizes never counted: a signature never seen, not computed (the op's PLAN: seen by the op)
+            if entries is None and sight is not PLAN:
+                return full_path(self, args, kwargs, None)
+            if entries:
+                cache = type(self)._executors.get(self.target)
+                for entry in entries:
+                    tensors = entry[1](args, kwargs)
+                    if tensors is not None and entry[0].valid(cache):
+                        plans.lift(entry)
+                        return entry[0](tensors)
             described = launch_signature(args, kwargs)
             if described is not None:
                 plan = plans.get(described[0])
                 if plan is not None:
                     if plan.valid(type(self)._executors.get(self.target)):
                         plans.promote(plan, described[1])
+                        plans.file(sizes, plan)
                         return plan(described[1])
                     del plans[described[0]]  # its executor was cleared: the full path reports a miss
             # planned on its second call (the op's PLAN: the op saw it before)
             plan_it = described is not None and (sight is PLAN or plans.seen_before(described[0]))
-            return full_path(self, args, kwargs, described if plan_it else None)
+            return full_path(self, args, kwargs, described if plan_it else None, sizes)
 
         def full_path(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-                      described: tuple[tuple[Any, ...], list[Any]] | None) -> Any:
+                      described: tuple[tuple[Any, ...], list[Any]] | None, sizes: Any = None) -> Any:
             """The full path: ``__call__``'s checks and spec, the launch; with ``described`` (the
-            call's signature and tensors), the launch is planned."""
+            call's signature and tensors), the launch is planned (filed under ``sizes``, its size
+            sight)."""
             spec = as_launch_spec(call(self, *args, **kwargs), type(self).__name__)
             if isinstance(spec, Immediate):
                 return spec.value
@@ -152,6 +164,7 @@ def kernel_launcher(fn: Callable[..., Any] | None = None, *, bind_launch_inputs:
                         plans.clear()
                     plans[described[0]] = plan
                     plans.promote(plan, described[1])
+                    plans.file(sizes, plan)
             return result
 
         wrapper.__kernel_launcher__ = True  # type: ignore[attr-defined]

@@ -145,3 +145,60 @@ def test_a_signature_is_planned_on_its_second_call() -> None:
         launch_plans.set_plan_after(before)
     with pytest.raises(ValueError, match="calls: expected an int >= 1"):
         launch_plans.set_plan_after(0)
+
+
+def _no_signature(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(*_: object) -> object:
+        raise AssertionError("a signature was computed")
+
+    monkeypatch.setattr("dsv4kit.family.spec.launch_signature", refused)
+    monkeypatch.setattr("dsv4kit.jit.launcher.launch_signature", refused)
+
+
+@pytest.mark.parametrize("how", ("op", "kernel"))
+def test_a_first_sight_computes_no_signature(monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    spec = SPECS["rowquant"]
+    fn = spec.op if how == "op" else spec.kernel()
+    fn(torch.zeros(1, 512, dtype=torch.bfloat16), debug_checks=False)   # the key warm
+    rows = 211 if how == "op" else 223                   # sizes no other test calls
+    call = {"x": torch.randn(rows, 512, generator=torch.Generator().manual_seed(rows)).bfloat16()}
+    with monkeypatch.context() as m:
+        _no_signature(m)
+        got = _bytes(fn(**call, debug_checks=False))
+    with launch_plans.disabled():
+        assert got == _bytes(fn(**call, debug_checks=False))
+    _no_signature(monkeypatch)
+    with pytest.raises(AssertionError, match="signature was computed"):
+        fn(**call, debug_checks=False)                   # its second call: signature computed, planned
+
+
+@pytest.mark.parametrize("how", ("op", "kernel"))
+def test_a_cycle_of_planned_sizes_longer_than_hot_computes_no_signature(
+        monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    spec = SPECS["rowquant"]
+    fn = spec.op if how == "op" else spec.kernel()
+    sizes = range(20, 20 + 3 * launch_plans.HOT)        # more shapes than hot entries
+    for n in (*sizes, *sizes):                          # seen twice: planned
+        fn(**sized_call(spec, n), debug_checks=False)
+    with launch_plans.disabled():
+        want = [_bytes(fn(**sized_call(spec, n), debug_checks=False)) for n in sizes]
+    _no_signature(monkeypatch)
+    for _ in range(2):
+        assert [_bytes(fn(**sized_call(spec, n), debug_checks=False)) for n in sizes] == want
+
+
+def test_a_planned_size_sight_serves_only_its_own_signature() -> None:
+    spec = SPECS["rowquant"]
+    call = sized_call(spec, 6)
+    x = call["x"]
+    wide = torch.zeros(x.shape[0], x.shape[1] + 128, dtype=x.dtype)
+    wide[:, : x.shape[1]] = x
+    strided = wide[:, : x.shape[1]]                      # the same sizes, another row stride
+    for _ in range(2):
+        spec.op(x, debug_checks=False)                   # planned under these sizes
+    with launch_plans.disabled():
+        want = _bytes(spec.op(strided, debug_checks=False))
+    for _ in range(3):                                   # first sight of its signature, then planned
+        assert _bytes(spec.op(strided, debug_checks=False)) == want
+    with pytest.raises(KernelInputError, match="rowquant: x: expected"):
+        spec.op(x.float(), debug_checks=False)           # the same sizes, a bad dtype: still named
