@@ -52,10 +52,10 @@ _BY_TYPE = (int, float, bool, str)
 
 
 def _describe(row: Arg, value: Any) -> Any:
+    if isinstance(value, torch.Tensor):  # the usual argument first
+        return (type(value), value.dtype, value.device)
     if value is None:
         return None
-    if isinstance(value, torch.Tensor):
-        return (type(value), value.dtype, value.device)
     if row.kind == "tensor":
         return (type(value),)  # refused by the table; the full path raises
     tp = type(value)

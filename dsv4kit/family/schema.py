@@ -67,6 +67,9 @@ class Arg:
         if value is None and self.optional:
             return None
         if self.kind == "tensor":
+            # the common case first, two reads and no call (every op call runs this per argument)
+            if isinstance(value, torch.Tensor) and (not self.dtypes or value.dtype in self.dtypes):
+                return value
             if not isinstance(value, torch.Tensor):
                 raise input_error(op, self.name, self.expected(), _got(value))
             if self.dtypes:
@@ -85,8 +88,15 @@ def _got(value: Any) -> str:
     return type(value).__name__
 
 
+#: The kind each plain Python scalar type is as itself: :func:`normalize_scalar` returns such a value
+#: unchanged (what its checks below would return), before any of them.
+_OWN_KIND = {int: "int", float: "float", str: "str", bool: "bool"}
+
+
 def normalize_scalar(kind: str, value: Any) -> Any:
     """The Python scalar ``value`` stands for, or None when it is not one of ``kind``."""
+    if _OWN_KIND.get(type(value)) == kind:
+        return value
     if kind == "bool":
         return value if isinstance(value, bool) else None
     if isinstance(value, bool) or isinstance(value, torch.Tensor):

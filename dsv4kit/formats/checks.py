@@ -49,6 +49,8 @@ def check_tensor(kernel: str, arg: str, t: object) -> torch.Tensor:
 
 def check_dtype(kernel: str, arg: str, t: torch.Tensor, *dtypes: torch.dtype) -> None:
     """Require ``t.dtype`` to be one of ``dtypes``."""
+    if isinstance(t, torch.Tensor) and t.dtype in dtypes:
+        return
     check_tensor(kernel, arg, t)
     if t.dtype not in dtypes:
         want = " or ".join(dtype_name(d) for d in dtypes)
