@@ -99,24 +99,21 @@ class CallPlan:
     kernel: Any
     platform: Any                      # held so that the id in the signature stays this object's
     names: tuple[str, ...]             # op argument names of the positional slots
-    kinds: Mapping[str, str]           # argument name -> table kind (normalizing per call)
     defaults: Mapping[str, Any]        # arguments the call left out, already normalized
     drop: tuple[str, ...]              # option names and the variant argument: not kernel arguments
     debug_checks: bool | None
+    scalars: tuple[tuple[str, str], ...]  # (name, table kind) of the scalar rows: normalized per call
 
     def kernel_args(self, positional: tuple[Any, ...], keywords: Mapping[str, Any]) -> dict[str, Any]:
         """The kernel's keyword arguments for a call of this plan's signature."""
         values = dict(self.defaults)
-        for name, value in zip(self.names, positional, strict=False):
-            values[name] = value
-        for name, value in keywords.items():
-            values[name] = value
+        values.update(zip(self.names, positional, strict=False))
+        values.update(keywords)
         for name in self.drop:
             values.pop(name, None)
-        kinds = self.kinds
-        for name, value in values.items():
-            kind = kinds.get(name)
-            if kind is not None and kind != "tensor" and value is not None:
+        for name, kind in self.scalars:  # the scalar rows only: a tensor is passed as it came
+            value = values.get(name)
+            if value is not None:
                 values[name] = normalize_scalar(kind, value)
         return values
 
@@ -132,7 +129,7 @@ def plan_for(kernel: Any, platform: Any, args: Sequence[Arg], options: tuple[str
     defaults = {name: value for name, value in checked.items() if name not in given}
     drop = tuple(options) + ((variant_arg,) if variant_arg else ())
     return CallPlan(kernel, platform, tuple(a.name for a in args[: len(positional)]),
-                    {a.name: a.kind for a in args}, defaults, drop, debug_checks)
+                    defaults, drop, debug_checks, tuple((a.name, a.kind) for a in args if a.kind != "tensor"))
 
 
 @dataclass(frozen=True)
