@@ -41,8 +41,9 @@ import torch
 from dsv4kit.errors import ContractError
 from dsv4kit.family.schema import REQUIRED, Arg
 from dsv4kit.jit import kernel_launcher
+from dsv4kit.jit.launcher import Immediate, as_launch_spec, launch_spec
 
-__all__ = ["OperandRecord", "dispatch_key", "kernel_call", "operands", "with_operands"]
+__all__ = ["OperandRecord", "dispatch_key", "kernel_call", "launch_record", "operands", "with_operands"]
 
 R = TypeVar("R")
 
@@ -147,7 +148,20 @@ def kernel_call(record: type, doc: str = "") -> Callable[..., Any]:
     __call__.__doc__ = doc or (f"Launch ``{record.op}`` on the arguments of its table (returns what the op "
                                "returns); ``debug_checks`` (default: on under the CPU interpreter, off on a "
                                "GPU) also runs the value checks that read device memory.")
-    return kernel_launcher(__call__)
+    launcher = kernel_launcher(__call__)
+    launcher.record = record  # type: ignore[attr-defined]
+    launcher.launch_record = launch_record  # type: ignore[attr-defined]
+    return launcher
+
+
+def launch_record(kernel: Any, ops: Any, debug_checks: bool | None) -> Any:
+    """A :func:`kernel_call` kernel's full path for a call bound into ``ops``: its ``__call__``'s,
+    without binding the arguments or looking up a plan (the op layer calls it for sizes it never
+    saw, where no plan can exist), nor making one."""
+    spec = as_launch_spec(kernel.launch_operands(ops, debug_checks), type(kernel).__name__)
+    if isinstance(spec, Immediate):
+        return spec.value
+    return launch_spec(kernel, spec)
 
 
 _DISPATCH_READS: dict[type, tuple[Callable[[Any], Any], bool]] = {}

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from dsv4kit.errors import ContractError, KernelInputError, input_error
-from dsv4kit.family.plans import MAX_PLANS, CallPlan, OpLaunch, call_signature, op_launch_for, plan_for
+from dsv4kit.family.plans import MAX_PLANS, CallPlans, OpLaunch, call_signature, op_launch_for, plan_for
 from dsv4kit.family.schema import Arg, arg_table_markdown, check_args
 from dsv4kit.jit import JitKernel, registry
 from dsv4kit.jit.launch_plans import (
@@ -125,7 +125,7 @@ class FamilySpec:
     folder: str | None = None
     _kernels: dict[tuple[type, Platform], JitKernel] = field(default_factory=dict, compare=False, repr=False)
     _keys: dict[tuple[type, Any], list[Any]] = field(default_factory=dict, compare=False, repr=False)
-    _plans: dict[tuple[Any, ...], CallPlan] = field(default_factory=dict, compare=False, repr=False)
+    _plans: CallPlans = field(default_factory=CallPlans, compare=False, repr=False)
     _launches: PlanTable = field(default_factory=PlanTable, compare=False, repr=False)  # OpLaunch | False
     #: The torch op's effects (:mod:`dsv4kit.family.torch_op`). ``mutates``: the arguments the op
     #: writes in place (caches, ``out``). ``outputs(args)``: an op that writes nothing: its new
@@ -305,13 +305,18 @@ class FamilySpec:
                 launches.promote(fast, described[1])
                 launches.file(sizes, fast)
                 return fast(described[1])
-        sig = call_signature(self.args, OP_OPTIONS, args, kwargs, self._rows)
-        plan = self._plans.get(sig) if sig is not None else None
+        plan = self._plans.match(args, kwargs)  # the hot signature classes first: no signature computed
         if plan is None:
-            return self.call_checked(*args, _signature=sig, **kwargs)
+            sig = call_signature(self.args, OP_OPTIONS, args, kwargs, self._rows)
+            plan = self._plans.get(sig) if sig is not None else None
+            if plan is None:
+                return self.call_checked(*args, _signature=sig, **kwargs)
+            self._plans.promote(plan)
         # an op launch is made on the signature's second call, when the kernel has planned it too
         make = described is not None and fast is not False and (fast is not None or launches.seen_before(key))
         if first or (described is not None and not fast):
+            if not make and plan.first is not None:  # nothing to look up or to plan: the full path at once
+                return plan.first(args, kwargs)
             # what the kernel cannot know cheaply: a first sight (nothing to look up) or a second (plan it)
             _STATE["sight"] = PLAN if make else FIRST
         try:
@@ -348,7 +353,7 @@ class FamilySpec:
                 self._plans.clear()
             self._plans[sig] = plan_for(kernel, opts["platform"] or current_platform(), self.args,
                                         OP_OPTIONS, args, kwargs, checked, self.variant_arg,
-                                        opts["debug_checks"])
+                                        opts["debug_checks"], sig)
         return kernel(**values, debug_checks=opts["debug_checks"])
 
     @functools.cached_property

@@ -14,7 +14,7 @@ import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any, NamedTuple, overload
 
 from dsv4kit.jit.launch_plans import (
     _STATE,
@@ -29,15 +29,16 @@ from dsv4kit.jit.launch_plans import (
 )
 from dsv4kit.jit.monitor import runtime_entry
 
-__all__ = ["Immediate", "LaunchSpec", "as_launch_spec", "kernel_launcher"]
+__all__ = ["Immediate", "LaunchSpec", "as_launch_spec", "kernel_launcher", "launch_spec"]
 
 
-@dataclass(frozen=True)
-class LaunchSpec:
+class LaunchSpec(NamedTuple):
     """What to launch: ``executor(*args)`` for ``key``.
 
     ``output``: what the call returns (default: whatever the executor returns).
     ``finalizer``: applied to the result before returning it (e.g. a view or a dtype cast).
+    A named tuple, not a frozen dataclass: every full-path call makes one, and a frozen
+    dataclass's ``__init__`` (one ``object.__setattr__`` per field) costs five times as much.
     """
 
     key: Any
@@ -55,7 +56,10 @@ class Immediate:
 
 def as_launch_spec(spec: Any, where: str) -> LaunchSpec | Immediate:
     """Normalize what ``__call__`` returned into a :class:`LaunchSpec` or :class:`Immediate`."""
-    if isinstance(spec, LaunchSpec | Immediate):
+    tp = type(spec)
+    if tp is tuple and 2 <= len(spec) <= 4 and type(spec[1]) is tuple:  # the usual return, first
+        return LaunchSpec(*spec)
+    if tp is LaunchSpec or tp is Immediate or isinstance(spec, LaunchSpec | Immediate):
         return spec
     if isinstance(spec, tuple) and 2 <= len(spec) <= 4:
         key, args, *rest = spec
@@ -66,6 +70,12 @@ def as_launch_spec(spec: Any, where: str) -> LaunchSpec | Immediate:
         f"{where}: __call__ must return (key, args), (key, args, output), "
         f"(key, args, output, finalizer), LaunchSpec or Immediate; got {type(spec).__name__}"
     )
+
+
+def launch_spec(kernel: Any, spec: LaunchSpec, inputs: dict[str, Any] | None = None) -> Any:
+    """The end of every full-path call: the key checked, then ``kernel.launch``."""
+    kernel.check_key(spec.key)
+    return kernel.launch(spec, inputs)
 
 
 @overload
@@ -148,14 +158,13 @@ def kernel_launcher(fn: Callable[..., Any] | None = None, *, bind_launch_inputs:
             spec = as_launch_spec(call(self, *args, **kwargs), type(self).__name__)
             if isinstance(spec, Immediate):
                 return spec.value
-            self.check_key(spec.key)
             inputs = None
             if bind_launch_inputs:
                 bound = sig.bind(self, *args, **kwargs)
                 bound.apply_defaults()
                 inputs = dict(bound.arguments)
                 inputs.pop(next(iter(sig.parameters)))
-            result = self.launch(spec, inputs)
+            result = launch_spec(self, spec, inputs)
             if described is not None:
                 plan = build_plan(self, spec, described[1], described[0])
                 if plan is not None:

@@ -3,7 +3,8 @@
 With every op's valid signature planned, each bad call of the bad-input matrix (and calls with
 bad values of the valid types, which share the valid call's signature) must end exactly as the
 full path ends: the same exception type and message, or the same outputs. A signature change
-(dtype, device, scalar type, choice value, option, platform) must not reuse a plan.
+(dtype, device, scalar type, choice value, option, platform) must not reuse a plan, whether the
+plan is found by its signature or by its class guard (the hot plans, tried first).
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import torch
 from test_bad_input_matrix import CASES, SCALAR_CASES
 
 from dsv4kit.family import FamilySpec
-from dsv4kit.family.plans import call_signature
+from dsv4kit.family.plans import call_signature, class_guard
 from dsv4kit.family.spec import OP_OPTIONS
 from dsv4kit.kernels import families
 from dsv4kit.platform import cpu_platform
-from dsv4kit.testing.valid_calls import VALID, twin, valid_call
+from dsv4kit.testing.valid_calls import VALID, sized_call, twin, valid_call
 
 SPECS = {spec.name: spec for spec in families()}
 
@@ -135,3 +136,46 @@ def test_signatures_tell_apart_what_the_op_layer_checks() -> None:
     # What a signature cannot describe takes the full path: an unknown keyword, an unhashable value.
     assert call_signature(spec.args, OP_OPTIONS, (), {**valid, "nonsense": 1}, rows) is None
     assert call_signature(spec.args, OP_OPTIONS, (), {**valid, "offset": [0]}, rows) is None
+
+
+def test_the_class_guard_passes_its_signature_class_only() -> None:
+    spec = SPECS["dequant_gather"]
+    rows = {a.name: a for a in spec.args}
+    valid = VALID[spec.name](spec)
+    sig = call_signature(spec.args, OP_OPTIONS, (), valid, rows)
+    guard = class_guard(sig, (), valid)
+    assert guard is not None and guard((), valid)
+    bigger = sized_call(spec, 7)                                   # other sizes, the same class
+    assert call_signature(spec.args, OP_OPTIONS, (), bigger, rows) == sig and guard((), bigger)
+    assert guard((), {**valid, "block_size": valid["block_size"] * 2})   # a type-only scalar
+    block = valid["block_size"]
+    others = [
+        {**valid, "out": valid["out"].to(torch.float16)},          # dtype
+        {**valid, "out": valid["out"].to("meta")},                 # device
+        {**valid, "block_size": float(block)},                     # scalar type
+        {**valid, "gather_lens": None},                            # None vs a tensor
+        {**valid, "backend": "triton"},                            # an option (a keyword more)
+        {**valid, "platform": cpu_platform("sm_90a")},             # another platform object
+        dict(reversed(valid.items())),                             # keywords in another order
+    ]
+    for call in others:
+        assert not guard((), call), sorted(set(call) ^ set(valid)) or "order"
+    named = list(valid)
+    positional = tuple(valid.values())
+    sig_pos = call_signature(spec.args, OP_OPTIONS, positional, {}, rows)
+    by_position = class_guard(sig_pos, positional, {})
+    assert by_position is not None and by_position(positional, {}) and not by_position((), valid)
+    assert not guard(positional, {}), named
+
+
+def test_a_hot_class_is_rechecked_by_the_kernel(planned: dict) -> None:
+    # The hot plan of the valid class serves a call of bad sizes of that class; the kernel's own
+    # checks still refuse it, naming the op.
+    spec = planned["rowquant"]
+    valid = _valid(spec)
+    spec.op(**valid)
+    assert spec._plans.hot and spec._plans.hot[0].guard((), valid)
+    bad = {**valid, "x": valid["x"][:, :100]}                      # 100 columns: not a multiple of 128
+    assert spec._plans.hot[0].guard((), bad)
+    assert _outcome(spec.op, bad) == _outcome(spec.call_checked, bad)
+    assert _outcome(spec.op, bad)[0] == "raised"

@@ -2,6 +2,9 @@
 
 * Randomized: for random sequences of shapes (repeats included), the planned path's outputs and
   writes equal the full checked path's, byte for byte.
+* A call of new sizes whose signature class (dtypes, devices, scalar types) the op planned is
+  found by the class's guard: no call signature is computed; on a first sight of its sizes the
+  kernel's record is built from the call's values in one pass (no keywords, no plan lookup).
 * Nothing is generated per call: after warmup, calls of shapes never seen before generate no
   Python code (``JitMonitor("error")`` counts host code like a kernel compile); the monitor does see code
   generated under an op call (the check can fail). The launched serving replay is in
@@ -185,6 +188,43 @@ def test_a_cycle_of_planned_sizes_longer_than_hot_computes_no_signature(
     _no_signature(monkeypatch)
     for _ in range(2):
         assert [_bytes(fn(**sized_call(spec, n), debug_checks=False)) for n in sizes] == want
+
+
+@pytest.mark.parametrize("name", ("c4_compress_ds_mla", "dequant_gather"))
+def test_new_sizes_of_a_planned_class_compute_no_call_signature(monkeypatch: pytest.MonkeyPatch,
+                                                               name: str) -> None:
+    spec = SPECS[name]
+    spec.op(**sized_call(spec, 2), debug_checks=False)   # the class planned at the op layer
+    with launch_plans.disabled():
+        want = [_run(spec, n, plans=False) for n in (9, 13)]
+
+    def refused(*_: object) -> object:
+        raise AssertionError("a call signature was computed")
+
+    monkeypatch.setattr("dsv4kit.family.spec.call_signature", refused)
+    assert [_run(spec, n, plans=True) for n in (9, 13)] == want   # found by the hot class guard
+    with pytest.raises(AssertionError, match="call signature was computed"):
+        spec.op(**sized_call(spec, 9), debug_checks=True)  # another class: its signature is computed
+
+
+@pytest.mark.parametrize("name", ("dequant_gather", "indexer_q"))
+def test_a_first_sight_builds_the_kernel_record_without_keywords(monkeypatch: pytest.MonkeyPatch,
+                                                                 name: str) -> None:
+    spec = SPECS[name]
+    call = sized_call(spec, 2)
+    spec.op(**call, debug_checks=False)                  # the class planned at the op layer
+    want = _run(spec, 19, plans=False)
+    defaults = {a.name: a.default for a in spec.args}
+    variant = [call.get(spec.variant_arg, defaults[spec.variant_arg])] if spec.variant_arg else []
+    record = type(spec.kernel(*variant)).__call__.record
+
+    def refused(*_: object, **__: object) -> object:
+        raise AssertionError("the record was bound by keyword")
+
+    monkeypatch.setattr(record, "__new__", refused)
+    assert _run(spec, 19, plans=True) == want            # a first sight: the record in one pass
+    with pytest.raises(AssertionError, match="bound by keyword"):
+        _run(spec, 19, plans=True)                        # its second call is planned through __call__
 
 
 def test_a_planned_size_sight_serves_only_its_own_signature() -> None:
