@@ -60,6 +60,8 @@ class OperandRecord:
     table: ClassVar[tuple[Arg, ...]]
     #: The op's signature (the table's), for functions that take the op's arguments.
     signature: ClassVar[inspect.Signature]
+    #: The subclass :func:`~dsv4kit.family.plans.first_sight` builds: values a call plan proved.
+    _proved: ClassVar[type]
     #: The tensor fields' names, and their values of a record, in table order.
     _tensor_names: ClassVar[tuple[str, ...]]
     _tensor_values: ClassVar[Callable[[Any], tuple[Any, ...]]]
@@ -115,7 +117,21 @@ def operands(op: str, table: Sequence[Arg], *bases: type, aliases: Mapping[str, 
         if name not in names or alias in names:
             raise ContractError(f"operands({op}): alias {alias!r} -> {name!r}: not a field, or a field")
         ns[alias] = fields.__dict__[name]
-    return type(title, (fields, *bases, OperandRecord), ns)
+    record = type(title, (fields, *bases, OperandRecord), ns)
+    record._proved = type(f"{title}Proved", (record,), {  # type: ignore[attr-defined]
+        "__slots__": (), "__module__": record.__module__, "checked": _proved_checked,
+        "_make": classmethod(lambda cls, values: tuple.__new__(record, values)),
+        "__doc__": f"A :class:`{title}` whose values the op's class guard proved (see ``checked``)."})
+    return record
+
+
+def _proved_checked(self: Any, kernel: str) -> Any:
+    """The record itself: its values were normalized when it was built, and the table's checks
+    (a tensor of an allowed dtype, a scalar of the row's kind, a choice) are proved for them by the
+    guard or signature of the call plan that built it (exact tensor types and dtypes, exact scalar
+    types, choice values, all equal to those of a call that passed them). A record made from it
+    (``_replace``, ``_make``) is a plain one, checked again."""
+    return self
 
 
 def with_operands(record: type, body: Callable[[Any], R], doc: str, returns: str = "None", name: str = "",

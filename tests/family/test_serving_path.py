@@ -4,7 +4,8 @@
   writes equal the full checked path's, byte for byte.
 * A call of new sizes whose signature class (dtypes, devices, scalar types) the op planned is
   found by the class's guard: no call signature is computed; on a first sight of its sizes the
-  kernel's record is built from the call's values in one pass (no keywords, no plan lookup).
+  kernel's record is built from the call's values in one pass (no keywords, no plan lookup), as a
+  record whose table checks the plan proved.
 * Nothing is generated per call: after warmup, calls of shapes never seen before generate no
   Python code (``JitMonitor("error")`` counts host code like a kernel compile); the monitor does see code
   generated under an op call (the check can fail). The launched serving replay is in
@@ -225,6 +226,17 @@ def test_a_first_sight_builds_the_kernel_record_without_keywords(monkeypatch: py
     assert _run(spec, 19, plans=True) == want            # a first sight: the record in one pass
     with pytest.raises(AssertionError, match="bound by keyword"):
         _run(spec, 19, plans=True)                        # its second call is planned through __call__
+
+
+def test_a_proved_record_is_checked_again_once_changed() -> None:
+    record = type(SPECS["rowquant"].kernel()).__call__.record
+    x = torch.zeros(2, 128, dtype=torch.bfloat16)
+    proved = tuple.__new__(record._proved, (x,))            # what a first sight builds
+    assert proved.checked("rowquant") is proved              # the plan's guard proved the table
+    changed = proved._replace(x=x.float())
+    assert type(changed) is record                           # a plain record again
+    with pytest.raises(KernelInputError, match="rowquant: x: expected dtype bfloat16, got float32"):
+        changed.checked("rowquant")
 
 
 def test_a_planned_size_sight_serves_only_its_own_signature() -> None:
