@@ -113,6 +113,9 @@ def _scalar_slots(entries: list[tuple[int, Any]]) -> tuple[Callable[..., Any] | 
     return get, tuple(want for _, want in entries)
 
 
+_PLATFORM = object()  # the platform keyword's entry (the signature holds it last, by id)
+
+
 def class_guard(signature: tuple[Any, ...], positional: tuple[Any, ...],
                 keywords: Mapping[str, Any]) -> Callable[[tuple[Any, ...], Mapping[str, Any]], bool] | None:
     """``guard(args, kwargs)``: whether a call has ``signature``, the :func:`call_signature` of the
@@ -131,7 +134,7 @@ def class_guard(signature: tuple[Any, ...], positional: tuple[Any, ...],
     at = 1 + nargs
     for i, name in enumerate(keys):  # a keyword's entry: (name, desc), (name, type, value) or absent
         if name == "platform":
-            entries[nargs + i] = ("platform",)
+            entries[nargs + i] = _PLATFORM
             continue
         entries[nargs + i] = signature[at][1] if len(signature[at]) == 2 else signature[at][1:]
         at += 1
@@ -139,7 +142,7 @@ def class_guard(signature: tuple[Any, ...], positional: tuple[Any, ...],
     tensors, typed, valued = [], [], []
     for j, e in enumerate(entries):
         v = values[j]
-        if e == ("platform",):
+        if e is _PLATFORM:
             continue
         if isinstance(v, torch.Tensor):
             if not (isinstance(e, tuple) and len(e) == 3 and e[0] is type(v)):
