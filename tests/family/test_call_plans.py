@@ -115,6 +115,19 @@ def test_a_planned_call_skips_binding_and_an_unplanned_one_does_not(monkeypatch:
             spec.op(**{**valid, **changed})
 
 
+def _other_classes(valid: dict[str, Any]) -> list[dict[str, Any]]:
+    """Calls of another signature class than ``valid`` (a dequant_gather call, every keyword given)."""
+    return [
+        {**valid, "out": valid["out"].to(torch.float16)},          # dtype
+        {**valid, "out": valid["out"].to("meta")},                 # device
+        {**valid, "block_size": float(valid["block_size"])},       # scalar type
+        {**valid, "gather_lens": None},                            # None vs a tensor
+        {**valid, "backend": "triton"},                            # an option (a keyword more)
+        {**valid, "platform": cpu_platform("sm_90a")},             # another platform object
+        dict(reversed(valid.items())),                             # keywords in another order
+    ]
+
+
 def test_signatures_tell_apart_what_the_op_layer_checks() -> None:
     spec = SPECS["dequant_gather"]
     rows = {a.name: a for a in spec.args}
@@ -122,15 +135,7 @@ def test_signatures_tell_apart_what_the_op_layer_checks() -> None:
     sig = call_signature(spec.args, OP_OPTIONS, (), valid, rows)
     assert sig is not None
     block = valid["block_size"]
-    different = [
-        {**valid, "out": valid["out"].to(torch.float16)},          # dtype
-        {**valid, "out": valid["out"].to("meta")},                 # device
-        {**valid, "block_size": float(block)},                     # scalar type
-        {**valid, "gather_lens": None},                            # None vs a tensor
-        {**valid, "backend": "triton"},                            # an option
-        {**valid, "platform": cpu_platform("sm_90a")},             # another platform object
-    ]
-    for call in different:
+    for call in _other_classes(valid):
         assert call_signature(spec.args, OP_OPTIONS, (), call, rows) != sig
     assert call_signature(spec.args, OP_OPTIONS, (), {**valid, "block_size": block * 2}, rows) == sig
     # What a signature cannot describe takes the full path: an unknown keyword, an unhashable value.
@@ -148,17 +153,7 @@ def test_the_class_guard_passes_its_signature_class_only() -> None:
     bigger = sized_call(spec, 7)                                   # other sizes, the same class
     assert call_signature(spec.args, OP_OPTIONS, (), bigger, rows) == sig and guard((), bigger)
     assert guard((), {**valid, "block_size": valid["block_size"] * 2})   # a type-only scalar
-    block = valid["block_size"]
-    others = [
-        {**valid, "out": valid["out"].to(torch.float16)},          # dtype
-        {**valid, "out": valid["out"].to("meta")},                 # device
-        {**valid, "block_size": float(block)},                     # scalar type
-        {**valid, "gather_lens": None},                            # None vs a tensor
-        {**valid, "backend": "triton"},                            # an option (a keyword more)
-        {**valid, "platform": cpu_platform("sm_90a")},             # another platform object
-        dict(reversed(valid.items())),                             # keywords in another order
-    ]
-    for call in others:
+    for call in _other_classes(valid):
         assert not guard((), call), sorted(set(call) ^ set(valid)) or "order"
     named = list(valid)
     positional = tuple(valid.values())
