@@ -40,7 +40,6 @@ the platform is compared by identity, as the key's ``id`` is.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,7 +48,14 @@ import torch
 from torch._C._dynamo.guards import TensorGuards
 
 from dsv4kit.family.schema import Arg, normalize_scalar
-from dsv4kit.jit.launch_plans import _STATE, LaunchPlan, SignatureGuard, launch_signature, plans_of
+from dsv4kit.jit.launch_plans import (
+    _STATE,
+    LaunchPlan,
+    SignatureGuard,
+    _tuple_getter,
+    launch_signature,
+    plans_of,
+)
 from dsv4kit.platform import current_platform
 
 __all__ = ["HOT_CALLS", "MAX_PLANS", "CallPlan", "CallPlans", "OpLaunch", "call_signature", "class_guard",
@@ -104,15 +110,6 @@ def call_signature(args: Sequence[Arg], options: tuple[str, ...], positional: tu
     return out
 
 
-def _scalar_slots(entries: list[tuple[int, Any]]) -> tuple[Callable[..., Any] | None, tuple[Any, ...]]:
-    """An itemgetter of the ``(slot, want)`` pairs' slots (always a tuple) and their wants."""
-    if not entries:
-        return None, ()
-    slots = [j for j, _ in entries]
-    get = operator.itemgetter(*slots) if len(slots) > 1 else (lambda vals, j=slots[0]: (vals[j],))
-    return get, tuple(want for _, want in entries)
-
-
 _PLATFORM = object()  # the platform keyword's entry (the signature holds it last, by id)
 
 
@@ -165,10 +162,10 @@ def class_guard(signature: tuple[Any, ...], positional: tuple[Any, ...],
             return None
     except Exception:  # an unusual tensor: the signature lookup still serves it
         return None
-    pick_t = operator.itemgetter(*tensors) if len(tensors) > 1 else None
-    t0 = tensors[0] if len(tensors) == 1 else None
-    pick_typed, types = _scalar_slots(typed)
-    pick_valued, wanted = _scalar_slots(valued)
+    pick_t = _tuple_getter(tensors) if tensors else None
+    pick_typed = _tuple_getter([j for j, _ in typed]) if typed else None
+    pick_valued = _tuple_getter([j for j, _ in valued]) if valued else None
+    types, wanted = tuple(tp for _, tp in typed), tuple(want for _, want in valued)
     has_platform = "platform" in keys
     p_at = nargs + keys.index("platform") if has_platform else -1
 
@@ -183,9 +180,7 @@ def class_guard(signature: tuple[Any, ...], positional: tuple[Any, ...],
         platform = vals[p_at] if has_platform else None
         if id(platform if platform is not None else current_platform()) != platform_id:
             return False
-        if pick_t is not None:
-            return check(*pick_t(vals))
-        return check(vals[t0]) if t0 is not None else check()
+        return check(*pick_t(vals)) if pick_t is not None else check()
 
     return guard
 
@@ -265,15 +260,6 @@ def first_sight(kernel: Any, args: Sequence[Arg], nargs: int, keys: tuple[str, .
         else:
             return None
     make = tuple.__new__
-    if all(type(f) is int for f in fields) and not normalize:
-        pick = operator.itemgetter(*fields) if len(fields) > 1 else None
-
-        def first_plain(positional: tuple[Any, ...], keywords: Mapping[str, Any]) -> Any:
-            vals = (*positional, *keywords.values()) if keywords else positional
-            ops = make(record, pick(vals) if pick is not None else (vals[fields[0]],))
-            return launch(kernel, ops, debug_checks)
-
-        return first_plain
 
     def first(positional: tuple[Any, ...], keywords: Mapping[str, Any]) -> Any:
         vals = (*positional, *keywords.values()) if keywords else positional
