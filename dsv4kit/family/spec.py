@@ -255,13 +255,14 @@ class FamilySpec:
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """:meth:`call` of packed arguments (the public op calls it: no second packing)."""
         launches = self._launches
-        if launches.hot and _STATE["enabled"]:
+        if launches.hot and not launches.missed and _STATE["enabled"]:
             platform = current_platform()
             for hot, guard in launches.hot:  # the guard first: a miss never hashes the key
                 if hot.platform is platform:
                     tensors = guard(args, kwargs)
                     if tensors is not None and hot.valid():
                         return hot.plan(tensors)
+            launches.missed = True  # the next call asks its size sight first (PlanTable.missed)
         try:
             return self._lookup_call(args, kwargs)
         except KernelInputError as exc:  # raised below the op: it names the op, as the op's own checks do

@@ -152,13 +152,20 @@ class PlanTable(dict):  # type: ignore[type-arg]
     the tensors: 1.2 µs for one, 8.6 µs for ten on the CPU machine, the size sight a fifth of
     that). A call of a size sight seen before tries that sight's plans by their guards, and computes
     its signature only when none passes: a cycle of seen shapes longer than ``HOT`` costs a size
-    sight and a guard, not a signature."""
+    sight and a guard, not a signature.
 
-    __slots__ = ("bound", "hot", "once", "sizes")
+    ``missed``: the last call passed no hot guard, so the next one asks its size sight first (a
+    cycle of seen shapes, or new shapes, would fail every hot guard again: 2-3 µs for a C4
+    compressor's four on the CPU machine); a call whose size sight finds the plan that served the
+    call before it (:meth:`lift`) turns the hot guards back on, so a fixed-shape run pays the size
+    sight once."""
+
+    __slots__ = ("bound", "hot", "missed", "once", "sizes")
 
     def __init__(self) -> None:
         super().__init__()
         self.hot: tuple[tuple[Any, Callable[..., Any]], ...] = ()
+        self.missed = False
         self.once: dict[Any, int] = {}
         # id(plan) -> its bound guard (None: it cannot be bound): a plan's guard is built once, not
         # at every promotion (a cycle of more signatures than ``HOT`` promotes at every call)
@@ -186,8 +193,11 @@ class PlanTable(dict):  # type: ignore[type-arg]
 
     def lift(self, entry: tuple[Any, Callable[..., Any]]) -> None:
         """Put ``entry`` (a ``(plan, guard)`` of :meth:`sighted` whose guard a call just passed) first
-        in ``hot``, its guard as bound (it may hand tensors over in another order than the call's)."""
+        in ``hot``, its guard as bound (it may hand tensors over in another order than the call's).
+        The plan that served the call before this one again: the hot guards go first again."""
         plan = entry[0]
+        if self.hot and self.hot[0][0] is plan:
+            self.missed = False
         self.hot = (entry, *(h for h in self.hot[: HOT] if h[0] is not plan))[:HOT]
 
     def seen_before(self, signature: Any) -> bool:
@@ -226,7 +236,7 @@ class PlanTable(dict):  # type: ignore[type-arg]
                 self.sizes[sizes] = tuple(h for h in kept if h[0] is not plan)
 
     def clear(self) -> None:
-        self.hot = ()
+        self.hot, self.missed = (), False
         self.once.clear()
         self.sizes.clear()
         self.bound.clear()

@@ -115,7 +115,7 @@ def kernel_launcher(fn: Callable[..., Any] | None = None, *, bind_launch_inputs:
             sight = take_sight()  # the op's hint: FIRST skips the plan lookups, PLAN plans this call
             if sight is FIRST:
                 return full_path(self, args, kwargs, None)
-            if plans.hot and _STATE["enabled"]:
+            if plans.hot and not plans.missed and _STATE["enabled"]:
                 # a hot entry exists only for a plannable call, and plannable's other inputs are
                 # fixed per kernel object or checked by the guard (debug_checks' value)
                 cache = type(self)._executors.get(self.target)
@@ -123,6 +123,7 @@ def kernel_launcher(fn: Callable[..., Any] | None = None, *, bind_launch_inputs:
                     tensors = guard(args, kwargs)
                     if tensors is not None and plan.valid(cache):
                         return plan(tensors)
+                plans.missed = True  # the next call asks its size sight first (PlanTable.missed)
             if not plannable(self, args, kwargs):
                 return full_path(self, args, kwargs, None)
             sizes = size_sight(args, kwargs)

@@ -6,6 +6,8 @@
   found by the class's guard: no call signature is computed; on a first sight of its sizes the
   kernel's record is built from the call's values in one pass (no keywords, no plan lookup), as a
   record whose table checks the plan proved.
+* After a call that passes no hot guard, the next asks its size sight first (a cycle or new
+  shapes do not pay every hot guard again); a repeat of the plan served before turns them back on.
 * Nothing is generated per call: after warmup, calls of shapes never seen before generate no
   Python code (``JitMonitor("error")`` counts host code like a kernel compile); the monitor does see code
   generated under an op call (the check can fail). The launched serving replay is in
@@ -254,3 +256,32 @@ def test_a_planned_size_sight_serves_only_its_own_signature() -> None:
         assert _bytes(spec.op(strided, debug_checks=False)) == want
     with pytest.raises(KernelInputError, match="rowquant: x: expected"):
         spec.op(x.float(), debug_checks=False)           # the same sizes, a bad dtype: still named
+
+
+@pytest.mark.parametrize("how", ("op", "kernel"))
+def test_after_a_hot_miss_the_next_call_asks_its_size_sight_first(how: str) -> None:
+    spec = SPECS["rowquant"]
+    fn = spec.op if how == "op" else spec.kernel()
+    table = spec._launches if how == "op" else launch_plans.plans_of(fn)
+    table.clear()
+    for n in (21, 22, 21, 22, 21):                       # both sizes planned, each call a hot miss
+        fn(**sized_call(spec, n), debug_checks=False)
+    assert table.missed
+    fn(**sized_call(spec, 21), debug_checks=False)       # the plan served before, again
+    assert not table.missed and table.hot
+    fn(**sized_call(spec, 23), debug_checks=False)       # new sizes: every hot guard fails
+    assert table.missed
+
+    def tried(*_: object) -> object:
+        raise AssertionError("a hot guard was tried")
+
+    table.hot = tuple((plan, tried) for plan, _ in table.hot)
+    with launch_plans.disabled():
+        want = _bytes(fn(**sized_call(spec, 22), debug_checks=False))
+    assert _bytes(fn(**sized_call(spec, 22), debug_checks=False)) == want   # by its size sight
+    assert table.missed                                  # another plan than the one served before
+    assert _bytes(fn(**sized_call(spec, 22), debug_checks=False)) == want   # the same plan again:
+    assert not table.missed                              # the hot guards go first again
+    assert _bytes(fn(**sized_call(spec, 22), debug_checks=False)) == want   # served by hot[0]
+    with pytest.raises(AssertionError, match="hot guard was tried"):
+        fn(**sized_call(spec, 24), debug_checks=False)   # a miss of hot[0] tries the others
