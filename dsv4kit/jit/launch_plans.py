@@ -454,10 +454,11 @@ def _make_guard(sig: SignatureGuard, check: Callable[..., bool]) -> Callable[...
             if tuple(map(offset_of, ts)) != offsets:
                 return None
             ptrs = tuple(map(ptr_of, ts))
-            if any(map(mod32, map(sub, ptrs, align))):  # p - a = 0 (mod 32) for every tensor
+            if tuple(map(mod32, ptrs)) != align:  # each address mod 32 as recorded
                 return None
-            bases = tuple(map(sub, ptrs, delta))  # the offsets are checked: these are the storage bases
-            if (len(set(bases)) != n) if apart else (_share_pattern(bases) != share):
+            # the offsets are checked: ptr - delta is each tensor's storage base
+            if (len(set(map(sub, ptrs, delta))) != n) if apart else (
+                    _share_pattern(tuple(map(sub, ptrs, delta))) != share):
                 return None
         except Exception:
             return None
