@@ -276,12 +276,15 @@ def test_after_a_hot_miss_the_next_call_asks_its_size_sight_first(how: str) -> N
         raise AssertionError("a hot guard was tried")
 
     table.hot = tuple((plan, tried) for plan, _ in table.hot)
-    with launch_plans.disabled():
-        want = _bytes(fn(**sized_call(spec, 22), debug_checks=False))
-    assert _bytes(fn(**sized_call(spec, 22), debug_checks=False)) == want   # by its size sight
-    assert table.missed                                  # another plan than the one served before
-    assert _bytes(fn(**sized_call(spec, 22), debug_checks=False)) == want   # the same plan again:
-    assert not table.missed                              # the hot guards go first again
-    assert _bytes(fn(**sized_call(spec, 22), debug_checks=False)) == want   # served by hot[0]
-    with pytest.raises(AssertionError, match="hot guard was tried"):
-        fn(**sized_call(spec, 24), debug_checks=False)   # a miss of hot[0] tries the others
+    try:
+        with launch_plans.disabled():
+            want = _bytes(fn(**sized_call(spec, 22), debug_checks=False))
+        assert _bytes(fn(**sized_call(spec, 22), debug_checks=False)) == want   # by its size sight
+        assert table.missed                              # another plan than the one served before
+        assert _bytes(fn(**sized_call(spec, 22), debug_checks=False)) == want   # the same plan again:
+        assert not table.missed                          # the hot guards go first again
+        assert _bytes(fn(**sized_call(spec, 22), debug_checks=False)) == want   # served by hot[0]
+        with pytest.raises(AssertionError, match="hot guard was tried"):
+            fn(**sized_call(spec, 24), debug_checks=False)   # a miss of hot[0] tries the others
+    finally:
+        table.clear()                                    # no refusing guard left for later tests
