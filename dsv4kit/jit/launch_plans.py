@@ -456,9 +456,8 @@ def _make_guard(sig: SignatureGuard, check: Callable[..., bool]) -> Callable[...
             ptrs = tuple(map(ptr_of, ts))
             if tuple(map(mod32, ptrs)) != align:  # each address mod 32 as recorded
                 return None
-            # the offsets are checked: ptr - delta is each tensor's storage base
-            if (len(set(map(sub, ptrs, delta))) != n) if apart else (
-                    _share_pattern(tuple(map(sub, ptrs, delta))) != share):
+            bases = map(sub, ptrs, delta)  # the offsets are checked: each tensor's storage base
+            if (len(set(bases)) != n) if apart else (_share_pattern(tuple(bases)) != share):
                 return None
         except Exception:
             return None
