@@ -100,6 +100,26 @@ def _load_words(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS: tl.constexpr, R
 
 
 @triton.jit
+def _early_weight(w_ptr, first, r, ok, NUM_HEADS: tl.constexpr, ROWS: tl.constexpr):
+    """The weights of rows ``first + r`` loaded with the rows, in programs smaller than a token
+    (the decode keys); else a placeholder, never read (:func:`_late_weight` loads then). The
+    weights may alias the outputs, so a load written after the stores stays there: a dependent
+    round trip of its own, the last of a decode launch. In programs of a whole token (coarsen 4)
+    an early load costs registers (K1 69 -> 79), so those load late."""
+    if ROWS < NUM_HEADS:
+        return tl.load(w_ptr + first + r, mask=ok, other=0.0).to(tl.float32)
+    return tl.zeros([ROWS], tl.float32)
+
+
+@triton.jit
+def _late_weight(w_early, w_ptr, first, r, ok, NUM_HEADS: tl.constexpr, ROWS: tl.constexpr):
+    """``w_early`` when :func:`_early_weight` loaded it, else the weights loaded now."""
+    if ROWS < NUM_HEADS:
+        return w_early
+    return tl.load(w_ptr + first + r, mask=ok, other=0.0).to(tl.float32)
+
+
+@triton.jit
 def _program_rows(num_rows, ROWS: tl.constexpr):
     """(first row: int32 scalar, r = arange(ROWS), ok = first + r < num_rows) of this program.
 
@@ -126,6 +146,7 @@ def indexer_q_fp8_kernel(
 ):
     """K1: q_out (e4m3fn) and weights_out = w * 2^e * ss * hs, per (token, head)."""
     first, r, ok = _program_rows(num_rows, ROWS)
+    w = _early_weight(w_ptr, first, r, ok, NUM_HEADS, ROWS)
     nope, y_e, y_o = _load_rotated(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS, ROWS, HW_CVT)
 
     amax = tl.maximum(tl.max(tl.abs(nope), axis=1),
@@ -140,7 +161,7 @@ def indexer_q_fp8_kernel(
     rope = tl.reshape(tl.join(e4m3(y_e * inv, HW_CVT), e4m3(y_o * inv, HW_CVT)), (ROWS, 64))
     tl.store(base + 64 + tl.arange(0, 64)[None, :], rope, mask=m)
 
-    w = tl.load(w_ptr + first + r, mask=ok, other=0.0).to(tl.float32)
+    w = _late_weight(w, w_ptr, first, r, ok, NUM_HEADS, ROWS)
     tl.store(w_out_ptr + first + r, ((w * pow2(e)) * softmax_scale) * head_scale, mask=ok)
 
 
@@ -166,6 +187,7 @@ def indexer_q_mxfp4_kernel(
     k's dims (2k, 2k+1), so the words' halves are exactly the output bytes' nibbles.
     """
     first, r, ok = _program_rows(num_rows, ROWS)
+    w = _early_weight(w_ptr, first, r, ok, NUM_HEADS, ROWS)
     w_nope, w_rope = _load_words(q_ptr, pos_ptr, cs_ptr, first, r, ok, NUM_HEADS, ROWS, HW_CVT)
     q_nope, e_nope = _mx_half(w_nope, ROWS)   # blocks 0, 1
     q_rope, e_rope = _mx_half(w_rope, ROWS)   # blocks 2, 3
@@ -182,7 +204,7 @@ def indexer_q_mxfp4_kernel(
     packed = b0 | (b1 << 8) | (b2 << 16) | (b3 << 24)
     tl.store(scale_out_ptr + first + r, packed.to(tl.int32, bitcast=True), mask=ok)
 
-    w = tl.load(w_ptr + first + r, mask=ok, other=0.0).to(tl.float32)
+    w = _late_weight(w, w_ptr, first, r, ok, NUM_HEADS, ROWS)
     tl.store(w_out_ptr + first + r, (w * softmax_scale) * head_scale, mask=ok)
 
 
