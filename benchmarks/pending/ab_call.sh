@@ -32,12 +32,6 @@ host_ab() {  # host_ab BACKEND: before (.ab3) / after (tree) alternated
     phase host_after${i}_$1 120 python3 benchmarks/host_overhead.py --executor real --only regimes --calls 300 --repeats 5 --backends $1 --out $R/host_$tag/after${i}_$1
   done
 }
-iq_ab() {  # iq_ab ROUNDS: indexer_q on Triton at decode sizes, main (tree) / iq-decode (.ab4) alternated
-  for i in $(seq 1 $1); do
-    phase iq_main$i 70 python3 -m dsv4kit bench --family indexer_q --backend triton --sizes 1,8,64,256 --no-reference --no-compile --rep-ms 60 --json $R/bench_$tag/iq_main$i.json
-    phase iq_branch$i 70 bash -c "cd .ab4 && python3 -m dsv4kit bench --family indexer_q --backend triton --sizes 1,8,64,256 --no-reference --no-compile --rep-ms 60 --json $R/bench_$tag/iq_branch$i.json"
-  done
-}
 e1_ab() {  # e1 (.ab6) against main: verify its E1 users, then store_rows / C4 on Triton alternated
   phase e1_verify 240 bash benchmarks/pending/in_tree.sh .ab6 python3 -m dsv4kit verify --extended --backends triton --families store_rows_ds,c4_compress_ds_mla,c128_norm_rope_store_ds_mla --cases 16 --json $R/verify_$tag/e1_verify_triton.json
   phase cap_verify 120 bash benchmarks/pending/in_tree.sh .ab8 python3 -m dsv4kit verify --extended --backends triton --families store_rows_ds --cases 16 --json $R/verify_$tag/cap_verify_triton.json
@@ -59,9 +53,7 @@ case "$PLAN:$tag" in
   s1:h200) bench c4_compress 200; bench store_rows 170; bench indexer_q 150; bench c128_store 130 ;;
   s2:h200) bench rowquant 80; bench save_partial_states 100; bench dequant_gather 100; bench c128_compress 80
            phase verify_triton 200 python3 -m dsv4kit verify --extended --backends triton --cases 16 --json $R/verify_$tag/verify_extended_triton.json ;;
-  s3:h200) iq_ab 2; phase verify_cutedsl 220 python3 -m dsv4kit verify --extended --backends cutedsl --cases 16 --json $R/verify_$tag/verify_extended_cutedsl.json ;;
-  s1:h100) iq_ab 2; host_ab triton ;;
-  s2:h100) host_ab cutedsl; iq_ab 2; host_ab triton ;;
+  s3:h200) phase verify_cutedsl 220 python3 -m dsv4kit verify --extended --backends cutedsl --cases 16 --json $R/verify_$tag/verify_extended_cutedsl.json ;;
   e:*) e1_ab; kb_ab; python3 -c "import cutlass" 2>/dev/null && host_ab cutedsl ;;
   *) echo "no plan $PLAN for $tag" | tee -a $LOG ;;
 esac
