@@ -45,7 +45,7 @@ import torch
 from dsv4kit.bench import provenance, write_json
 from dsv4kit.family import FamilySpec
 from dsv4kit.family.spec import DEFAULT_VARIANT
-from dsv4kit.jit import launch_plans
+from dsv4kit.jit import class_plans, launch_plans
 from dsv4kit.kernels import families
 from dsv4kit.platform import current_platform
 from dsv4kit.results import kernel_source_provenance
@@ -316,9 +316,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated backends to time, of those that run here (default: both)")
     p.add_argument("--profile", type=int, default=0,
                    help="with the regimes: a cProfile of new-shape calls, its top N functions")
+    p.add_argument("--class-plans", choices=("on", "off"), default="on",
+                   help="class plans (dsv4kit.jit.class_plans: new sizes of a traced class), on by default")
     p.add_argument("--only", choices=("all", "paths", "regimes"), default="all",
                    help="the five paths per op, the three serving regimes per op, or both (default)")
     args = p.parse_args(argv)
+    class_plans.set_enabled(args.class_plans == "on")
     plat = current_platform()
     device = "cuda" if plat.is_cuda else "cpu"
     if args.executor == "real" and device == "cpu":
@@ -365,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         "provenance": provenance({**kernel_source_provenance(s.name for s in families()
                                                              if not wanted or s.name in wanted),
                                   "platform": str(plat), "executor": args.executor,
+                                  "class_plans": args.class_plans,
                                   "debug_checks": args.debug_checks}),
         "method": "best of repeats of the mean over back-to-back calls; noop: executors replaced by a "
                   "function doing nothing (validation, dispatch, lookup, argument building; no launcher)",

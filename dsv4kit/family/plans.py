@@ -48,6 +48,7 @@ import torch
 from torch._C._dynamo.guards import TensorGuards
 
 from dsv4kit.family.schema import Arg, normalize_scalar
+from dsv4kit.jit.class_plans import MISS, ClassTable, learn, serve
 from dsv4kit.jit.launch_plans import (
     _STATE,
     LaunchPlan,
@@ -261,14 +262,34 @@ def first_sight(kernel: Any, args: Sequence[Arg], nargs: int, keys: tuple[str, .
             return None
     make = tuple.__new__
 
-    def first(positional: tuple[Any, ...], keywords: Mapping[str, Any]) -> Any:
+    def bound(positional: tuple[Any, ...], keywords: Mapping[str, Any]) -> Any:
         vals = (*positional, *keywords.values()) if keywords else positional
         out = [f.value if type(f) is _Default else vals[f] for f in fields]
         for i, kind in normalize:
             if out[i] is not None:
                 out[i] = normalize_scalar(kind, out[i])
-        return launch(kernel, make(record, out), debug_checks)
+        return make(record, out)
 
+    def describe(positional: tuple[Any, ...], keywords: Mapping[str, Any]) -> Any:
+        return kernel.launch_operands(bound(positional, keywords), debug_checks)
+
+    # a class plan only where a launch plan could be made (launch_plans: value checks off, plan-safe)
+    platform = getattr(kernel, "platform", None)
+    checks_off = debug_checks is False or (debug_checks is None and platform is not None and platform.is_cuda)
+    plannable = checks_off and getattr(type(kernel).launch, "plan_safe", False)
+    classes = ClassTable()
+
+    def first(positional: tuple[Any, ...], keywords: Mapping[str, Any]) -> Any:
+        if classes.hot and _STATE["enabled"]:  # sizes as symbols: a class plan of this signature class
+            r = serve(classes, positional, keywords)
+            if r is not MISS:
+                return r
+        result = launch(kernel, bound(positional, keywords), debug_checks)
+        if plannable and _STATE["enabled"]:
+            learn(classes, kernel, describe, positional, keywords)
+        return result
+
+    first.classes = classes  # type: ignore[attr-defined]
     return first
 
 

@@ -30,6 +30,7 @@ import torch
 from dsv4kit.errors import KernelInputError
 from dsv4kit.family import FamilySpec
 from dsv4kit.kernels import families
+from dsv4kit.testing.fast_path import class_tables, warm_class_plans
 from dsv4kit.testing.valid_calls import VALID, sized_call
 
 OTHER_DTYPE = {torch.float32: torch.float64, torch.bfloat16: torch.float16, torch.int64: torch.int32,
@@ -67,13 +68,16 @@ _WARMED: set[str] = set()
 
 
 def _warm_fast_path(spec: FamilySpec) -> None:
-    """Plan ``spec``'s op at two shapes other than the valid call's (once per process), and check
-    that the fast path is hot: a hot op launch, served without the checked path."""
+    """Plan ``spec``'s op at shapes other than the valid call's (once per process), and check that
+    the fast path is hot: a hot op launch, and a class plan (sizes as symbols, which serves the
+    valid call's new sizes unless a guard fails), served without the checked path."""
     if spec.name not in _WARMED:
         for n in (1, 1, 2, 2):  # a signature is planned on its second call
             spec.op(**sized_call(spec, n), debug_checks=False)
+        warm_class_plans(spec)
         _WARMED.add(spec.name)
     assert spec._launches.hot, f"{spec.op_name}: the fast path did not warm"
+    assert any(t.hot for t in class_tables(spec)), f"{spec.op_name}: no class plan"
 
 
 @pytest.fixture(params=["cold", "warm"])

@@ -26,7 +26,7 @@ import torch
 
 from dsv4kit.errors import KernelInputError
 from dsv4kit.family import FamilySpec
-from dsv4kit.jit import JitMonitor, launch_plans
+from dsv4kit.jit import JitMonitor, class_plans, launch_plans
 from dsv4kit.jit.monitor import HostCodegenError
 from dsv4kit.kernels import families
 from dsv4kit.testing.valid_calls import sized_call
@@ -90,6 +90,7 @@ def test_code_generated_under_an_op_call_is_a_host_compile(monkeypatch: pytest.M
         return real(self, *args)
 
     monkeypatch.setattr(type(kernel), "launch_args", generating)
+    monkeypatch.setitem(class_plans._ON, "on", False)  # a class plan made earlier would skip launch_args
     call = sized_call(spec, 9)
     with JitMonitor("error") as mon, pytest.raises(HostCodegenError, match="host: Python code generated"):
         spec.op(**call, debug_checks=False)
