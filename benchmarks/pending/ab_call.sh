@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repo root: bash benchmarks/pending/ab_call.sh PLAN (e: the A/B of the
-# pending patches, trees from prepare.sh; s1-s3 on an H200: the sweep of the checkout). Results are
+# pending patches (e1: E1's half only; c: class plans off / on), trees from prepare.sh; s1-s3 on an H200: the sweep of the checkout). Results are
 # tarred into $OUT/res_PLAN.tar.gz after every phase; CALL_LIMIT (s) bounds the whole call.
 set -u
 T0=$(date +%s); LIMIT=${CALL_LIMIT:-560}; PLAN=$1
@@ -49,12 +49,21 @@ kb_ab() {  # kernel-batch (.ab7) against main: host regimes on Triton, alternate
     phase host_kb$i 90 env PYTHONPATH=$PWD/.ab7:$PYTHONPATH python3 benchmarks/host_overhead.py --executor real --only regimes --calls 300 --repeats 5 --backends triton --out $R/host_$tag/kb$i
   done
 }
+cp_ab() {  # class plans off / on alternated: host regimes on Triton (no CuTeDSL bundle needed)
+  for i in 1 2; do
+    for side in off on; do
+      phase host_cp_${side}$i 110 python3 benchmarks/host_overhead.py --executor real --only regimes --calls 300 --repeats 5 --backends triton --class-plans $side --out $R/host_$tag/cp_${side}$i
+    done
+  done
+}
 case "$PLAN:$tag" in
   s1:h200) bench c4_compress 200; bench store_rows 170; bench indexer_q 150; bench c128_store 130 ;;
   s2:h200) bench rowquant 80; bench save_partial_states 100; bench dequant_gather 100; bench c128_compress 80
            phase verify_triton 200 python3 -m dsv4kit verify --extended --backends triton --cases 16 --json $R/verify_$tag/verify_extended_triton.json ;;
   s3:h200) phase verify_cutedsl 220 python3 -m dsv4kit verify --extended --backends cutedsl --cases 16 --json $R/verify_$tag/verify_extended_cutedsl.json ;;
   e:*) e1_ab; kb_ab; python3 -c "import cutlass" 2>/dev/null && host_ab cutedsl ;;
+  c:*) cp_ab ;;
+  e1:*) e1_ab ;;
   *) echo "no plan $PLAN for $tag" | tee -a $LOG ;;
 esac
 pack; cat $LOG | grep -E "^===|^[a-z_0-9]+ +(triton|cutedsl)" | tail -60

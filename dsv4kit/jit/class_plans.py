@@ -44,8 +44,8 @@ from dsv4kit.jit import coverage
 from dsv4kit.jit.launch_plans import Address, _rebind, _scalar_sig
 from dsv4kit.jit.monitor import active_monitor
 
-__all__ = ["HOT", "MAX_CLASSES", "MISS", "ClassPlan", "ClassTable", "class_key", "learn", "serve", "set_enabled",
-           "trace_class"]
+__all__ = ["HOT", "MAX_CLASSES", "MISS", "ClassPlan", "ClassTable", "class_key", "learn", "serve",
+           "set_enabled", "trace_class"]
 
 #: What a class plan returns for a call it does not serve.
 MISS = object()
@@ -188,7 +188,6 @@ class _Trace:
         self.fakes: list[Any] = []
         self.bases: list[Any] = []           # per input: its storage base symbol (a SymInt)
         first: dict[int, int] = {}
-        self.share: list[int] = []
         for i, t in enumerate(tensors):
             # an alias with no ``_base``: the fake's symbols come from this tensor, not its base
             alias = torch.empty(0, dtype=t.dtype, device=t.device).set_(
@@ -199,7 +198,6 @@ class _Trace:
             self.reads.append(f"z{i} = t{i}.shape; d{i} = t{i}.stride(); o{i} = t{i}.storage_offset()")
             base = t.data_ptr() - t.storage_offset() * t.itemsize
             j = first.setdefault(base, i)
-            self.share.append(j)
             if j == i:
                 self.reads.append(f"b{i} = t{i}.data_ptr() - o{i} * {t.itemsize}")
                 sym = self.env.create_symbol(base, LocalSource(f"b{i}"), dynamic_dim=DimDynamic.DYNAMIC)
@@ -208,6 +206,9 @@ class _Trace:
             else:
                 self.reads.append(f"if t{i}.data_ptr() - o{i} * {t.itemsize} != b{j}: return MISS")
                 self.bases.append(self.bases[j])
+        if len(first) > 1:  # storages apart in the trace are apart in the call (an alias is another class)
+            bases = ", ".join(f"b{i}" for i in first.values())
+            self.reads.append(f"if len({{{bases}}}) != {len(first)}: return MISS")
         self.storage_of = {_storage_id(f): i for i, f in reversed(list(enumerate(self.fakes)))}
         self.checks: list[str] = []          # strides / offsets as the trace assumed them
         for i, fake in enumerate(self.fakes):
@@ -234,7 +235,7 @@ class _Trace:
 
         e = _sym_expr(v)
         if e is None:
-            return repr(int(v)) if isinstance(v, bool | int) else repr(v)
+            return repr(v)
         e = self.env.replace(e)
         text = PythonPrinter().doprint(e)
         for sym in sorted(e.free_symbols, key=lambda s: -len(str(s))):
@@ -371,7 +372,8 @@ def _recipe(tr: _Trace, kernel: Any, key: Any, spec: Any) -> tuple[list[str], di
     sources: dict[int, str] = {_storage_id(f): f"t{i}" for i, f in reversed(list(enumerate(tr.fakes)))}
     whole: dict[int, Any] = {_storage_id(f): f for f in reversed(tr.fakes)}
     named: dict[int, str] = {id(f): f"t{i}" for i, f in enumerate(tr.fakes)}
-    leaves = [] if spec.output is None else list(spec.output) if isinstance(spec.output, tuple) else [spec.output]
+    out = spec.output
+    leaves = [] if out is None else list(out) if isinstance(out, tuple) else [out]
     for j, leaf in enumerate(leaves):  # fresh allocations: outputs sharing no input's storage
         if not isinstance(leaf, torch.Tensor) or _storage_id(leaf) in sources:
             continue
