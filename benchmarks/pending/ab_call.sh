@@ -49,7 +49,8 @@ kb_ab() {  # kernel-batch (.ab7) against main: host regimes on Triton, alternate
     phase host_kb$i 90 env PYTHONPATH=$PWD/.ab7:$PYTHONPATH python3 benchmarks/host_overhead.py --executor real --only regimes --calls 300 --repeats 5 --backends triton --out $R/host_$tag/kb$i
   done
 }
-cp_ab() {  # class plans off / on alternated: host regimes on Triton (no CuTeDSL bundle needed)
+cp_ab() {  # class plans: bytes against the full path, then off / on alternated (host regimes, Triton)
+  phase cp_check 120 python3 benchmarks/class_plans_gpu_check.py --out $R/verify_$tag
   for i in 1 2; do
     for side in off on; do
       phase host_cp_${side}$i 110 python3 benchmarks/host_overhead.py --executor real --only regimes --calls 300 --repeats 5 --backends triton --class-plans $side --out $R/host_$tag/cp_${side}$i

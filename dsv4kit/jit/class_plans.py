@@ -23,10 +23,11 @@ comes out as expressions. From these, one Python function per class region is ge
   checks, in the form the trace found them);
 * allocate the outputs, build the launch arguments from the sizes, run the key's executor.
 
-A class plan is made on a class's second full-path call (the first may be a one-off), only while
-no :class:`~dsv4kit.jit.monitor.JitMonitor` is armed (generating code is host code generation: after
-warmup the monitor would report it, so under a monitor a new class keeps the full path), and never
-where a launch plan could not be made either (value checks on, a launch not plan-safe). Whatever the
+A class plan is made on a class's second full-path call (the first may be a one-off), outside CUDA
+graph capture, only while no :class:`~dsv4kit.jit.monitor.JitMonitor` is armed (generating code is
+host code generation: after warmup the monitor would report it, so under a monitor a new class keeps
+the full path), and never where a launch plan could not be made either (value checks on, a launch
+not plan-safe). A trace costs 30-600 ms on the CPU machine, once per class region. Whatever the
 trace cannot follow (a read of a fresh output's address, a data-dependent branch, an argument a
 plan cannot rebuild) leaves the class unplanned: the full path serves it, as before.
 """
@@ -128,7 +129,7 @@ def learn(table: ClassTable, kernel: Any, describe: Callable[..., Any], args: tu
     """After a full-path call of a plannable call (``describe(args, kwargs)``: its launch spec):
     count its class in ``table``; on its second full-path call, trace it and keep the plan (and
     make it hot). Never while a monitor is armed."""
-    if not _ON["on"] or active_monitor() is not None:
+    if not _ON["on"] or active_monitor() is not None or _capturing():
         return
     key = class_key(args, kwargs)
     if key is None:
@@ -150,6 +151,11 @@ def learn(table: ClassTable, kernel: Any, describe: Callable[..., Any], args: tu
         return
     kept.append(plan)
     table.hot = (plan, *table.hot)[:HOT]
+
+
+def _capturing() -> bool:
+    """Whether a CUDA graph is being captured on the current stream (no trace then: it allocates)."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 @dataclasses.dataclass(frozen=True)

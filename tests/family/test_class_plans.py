@@ -80,11 +80,11 @@ def test_new_sizes_served_by_class_plans_equal_the_full_path(name: str,
     warm_class_plans(spec)
     served = _Served(monkeypatch)
     rng = random.Random(f"class-{name}")
-    sizes = rng.sample(range(50, 90), 6)  # sizes other tests do not call: first sights
+    sizes = rng.sample(range(50, 70), 5)  # sizes other tests do not call: first sights
     for n in sizes:
         assert _run(spec, n, plans=True) == _run(spec, n, plans=False), n
     # served, but for a call in a region not traced yet (then traced) or sizes seen before
-    assert served.hits >= 4 and served.misses <= 1, (served.hits, served.misses)
+    assert served.hits >= 3 and served.misses <= 1, (served.hits, served.misses)
 
 
 def test_a_broken_relation_is_not_served(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -98,6 +98,19 @@ def test_a_broken_relation_is_not_served(monkeypatch: pytest.MonkeyPatch) -> Non
     assert served.misses == 1 and served.hits == 0
     spec.op(**call, debug_checks=False)
     assert served.hits == 1
+
+
+def test_storages_apart_in_the_trace_must_be_apart() -> None:
+    spec = SPECS["store_rows_ds"]
+    warm_class_plans(spec)
+    plan = next(t.hot[0] for t in class_tables(spec) if t.hot)
+    call = {**sized_call(spec, 6), "debug_checks": False}
+    assert plan.fn((), call) is not class_plans.MISS
+    t = call["rows"].shape[0]
+    aliased = {**call, "kv_slot_mapping": call["rows"].view(torch.int64).flatten()[:t]}  # in rows' storage
+    storage = call["rows"].untyped_storage().data_ptr()
+    assert aliased["kv_slot_mapping"].untyped_storage().data_ptr() == storage
+    assert plan.fn((), aliased) is class_plans.MISS
 
 
 def test_a_call_in_another_region_takes_its_own_key() -> None:
