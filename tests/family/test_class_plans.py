@@ -18,30 +18,13 @@ import pytest
 import torch
 
 from dsv4kit.errors import KernelInputError
-from dsv4kit.family import FamilySpec
 from dsv4kit.family import plans as call_plans
 from dsv4kit.jit import JitMonitor, class_plans, launch_plans
 from dsv4kit.kernels import families
-from dsv4kit.testing.fast_path import class_tables, warm_class_plans
+from dsv4kit.testing.fast_path import class_tables, op_bytes, warm_class_plans
 from dsv4kit.testing.valid_calls import sized_call
 
 SPECS = {s.name: s for s in families()}
-
-
-def _bytes(value: object) -> list[bytes]:
-    items = value if isinstance(value, tuple) else (value,)
-    return [t.contiguous().view(torch.uint8).numpy().tobytes() for t in items if isinstance(t, torch.Tensor)]
-
-
-def _run(spec: FamilySpec, n: int, plans: bool) -> list[bytes]:
-    """The op at size ``n`` (a fresh, seeded call): what it returns and every tensor it was given."""
-    call = sized_call(spec, n)
-    before = launch_plans.set_enabled(plans)
-    try:
-        out = spec.op(**call, debug_checks=False)
-    finally:
-        launch_plans.set_enabled(before)
-    return _bytes(out) + [b for v in call.values() for b in _bytes(v)]
 
 
 class _Served:
@@ -82,7 +65,7 @@ def test_new_sizes_served_by_class_plans_equal_the_full_path(name: str,
     rng = random.Random(f"class-{name}")
     sizes = rng.sample(range(50, 70), 5)  # sizes other tests do not call: first sights
     for n in sizes:
-        assert _run(spec, n, plans=True) == _run(spec, n, plans=False), n
+        assert op_bytes(spec, n, plans=True) == op_bytes(spec, n, plans=False), n
     # served, but for a call in a region not traced yet (then traced) or sizes seen before
     assert served.hits >= 3 and served.misses <= 1, (served.hits, served.misses)
 

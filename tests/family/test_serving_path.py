@@ -25,10 +25,10 @@ import pytest
 import torch
 
 from dsv4kit.errors import KernelInputError
-from dsv4kit.family import FamilySpec
 from dsv4kit.jit import JitMonitor, class_plans, launch_plans
 from dsv4kit.jit.monitor import HostCodegenError
 from dsv4kit.kernels import families
+from dsv4kit.testing.fast_path import as_bytes, op_bytes
 from dsv4kit.testing.valid_calls import sized_call
 
 SPECS = {s.name: s for s in families()}
@@ -38,24 +38,6 @@ RANDOMIZED = ("rowquant", "indexer_q", "dequant_gather", "store_rows_ds", "save_
               "c4_compress_ds_mla")
 
 
-def _bytes(value: object) -> list[bytes]:
-    """Every tensor in ``value`` (a tensor or a tuple of them) as raw bytes."""
-    items = value if isinstance(value, tuple) else (value,)
-    return [t.contiguous().view(torch.uint8).numpy().tobytes() for t in items if isinstance(t, torch.Tensor)]
-
-
-def _run(spec: FamilySpec, n: int, plans: bool) -> list[bytes]:
-    """The op at size ``n`` (a fresh, seeded call): what it returns and every tensor it was given,
-    after the call (the caches it writes in place)."""
-    call = sized_call(spec, n)
-    before = launch_plans.set_enabled(plans)
-    try:
-        out = spec.op(**call, debug_checks=False)
-    finally:
-        launch_plans.set_enabled(before)
-    return _bytes(out) + [b for v in call.values() for b in _bytes(v)]
-
-
 @pytest.mark.parametrize("name", RANDOMIZED)
 def test_planned_calls_equal_the_full_path_over_random_shapes(name: str) -> None:
     spec = SPECS[name]
@@ -63,7 +45,7 @@ def test_planned_calls_equal_the_full_path_over_random_shapes(name: str) -> None
     sizes = [rng.choice((1, 2, 3, 5, 8)) for _ in range(7)]   # repeats: hot guards, lookups and new plans
     launches_before = len(spec._launches)
     for n in sizes:
-        assert _run(spec, n, plans=True) == _run(spec, n, plans=False), n
+        assert op_bytes(spec, n, plans=True) == op_bytes(spec, n, plans=False), n
     assert len(spec._launches) > launches_before   # the planned path was taken, not only the full one
 
 
@@ -121,7 +103,7 @@ def test_numpy_integers_are_ints(name: str) -> None:
 
     def written(fn, numpy: bool) -> list[bytes]:  # what the call returns and writes, from a fresh call
         call = {k: (np.int64(v) if numpy and k in ints else v) for k, v in sized_call(spec, 2).items()}
-        return _bytes(fn(**call, debug_checks=False)) + [b for v in call.values() for b in _bytes(v)]
+        return as_bytes(fn(**call, debug_checks=False)) + [b for v in call.values() for b in as_bytes(v)]
 
     want = written(spec.op, numpy=False)
     assert written(spec.op, numpy=True) == want
@@ -171,9 +153,9 @@ def test_a_first_sight_computes_no_signature(monkeypatch: pytest.MonkeyPatch, ho
     call = {"x": torch.randn(rows, 512, generator=torch.Generator().manual_seed(rows)).bfloat16()}
     with monkeypatch.context() as m:
         _no_signature(m)
-        got = _bytes(fn(**call, debug_checks=False))
+        got = as_bytes(fn(**call, debug_checks=False))
     with launch_plans.disabled():
-        assert got == _bytes(fn(**call, debug_checks=False))
+        assert got == as_bytes(fn(**call, debug_checks=False))
     _no_signature(monkeypatch)
     with pytest.raises(AssertionError, match="signature was computed"):
         fn(**call, debug_checks=False)                   # its second call: signature computed, planned
@@ -188,10 +170,10 @@ def test_a_cycle_of_planned_sizes_longer_than_hot_computes_no_signature(
     for n in (*sizes, *sizes):                          # seen twice: planned
         fn(**sized_call(spec, n), debug_checks=False)
     with launch_plans.disabled():
-        want = [_bytes(fn(**sized_call(spec, n), debug_checks=False)) for n in sizes]
+        want = [as_bytes(fn(**sized_call(spec, n), debug_checks=False)) for n in sizes]
     _no_signature(monkeypatch)
     for _ in range(2):
-        assert [_bytes(fn(**sized_call(spec, n), debug_checks=False)) for n in sizes] == want
+        assert [as_bytes(fn(**sized_call(spec, n), debug_checks=False)) for n in sizes] == want
 
 
 @pytest.mark.parametrize("name", ("c4_compress_ds_mla", "dequant_gather"))
@@ -200,13 +182,13 @@ def test_new_sizes_of_a_planned_class_compute_no_call_signature(monkeypatch: pyt
     spec = SPECS[name]
     spec.op(**sized_call(spec, 2), debug_checks=False)   # the class planned at the op layer
     with launch_plans.disabled():
-        want = [_run(spec, n, plans=False) for n in (9, 13)]
+        want = [op_bytes(spec, n, plans=False) for n in (9, 13)]
 
     def refused(*_: object) -> object:
         raise AssertionError("a call signature was computed")
 
     monkeypatch.setattr("dsv4kit.family.spec.call_signature", refused)
-    assert [_run(spec, n, plans=True) for n in (9, 13)] == want   # found by the hot class guard
+    assert [op_bytes(spec, n, plans=True) for n in (9, 13)] == want   # found by the hot class guard
     with pytest.raises(AssertionError, match="call signature was computed"):
         spec.op(**sized_call(spec, 9), debug_checks=True)  # another class: its signature is computed
 
@@ -217,7 +199,7 @@ def test_a_first_sight_builds_the_kernel_record_without_keywords(monkeypatch: py
     spec = SPECS[name]
     call = sized_call(spec, 2)
     spec.op(**call, debug_checks=False)                  # the class planned at the op layer
-    want = _run(spec, 19, plans=False)
+    want = op_bytes(spec, 19, plans=False)
     defaults = {a.name: a.default for a in spec.args}
     variant = [call.get(spec.variant_arg, defaults[spec.variant_arg])] if spec.variant_arg else []
     record = type(spec.kernel(*variant)).__call__.record
@@ -226,9 +208,9 @@ def test_a_first_sight_builds_the_kernel_record_without_keywords(monkeypatch: py
         raise AssertionError("the record was bound by keyword")
 
     monkeypatch.setattr(record, "__new__", refused)
-    assert _run(spec, 19, plans=True) == want            # a first sight: the record in one pass
+    assert op_bytes(spec, 19, plans=True) == want            # a first sight: the record in one pass
     with pytest.raises(AssertionError, match="bound by keyword"):
-        _run(spec, 19, plans=True)                        # its second call is planned through __call__
+        op_bytes(spec, 19, plans=True)                        # its second call is planned through __call__
 
 
 def test_a_proved_record_is_checked_again_once_changed() -> None:
@@ -252,9 +234,9 @@ def test_a_planned_size_sight_serves_only_its_own_signature() -> None:
     for _ in range(2):
         spec.op(x, debug_checks=False)                   # planned under these sizes
     with launch_plans.disabled():
-        want = _bytes(spec.op(strided, debug_checks=False))
+        want = as_bytes(spec.op(strided, debug_checks=False))
     for _ in range(3):                                   # first sight of its signature, then planned
-        assert _bytes(spec.op(strided, debug_checks=False)) == want
+        assert as_bytes(spec.op(strided, debug_checks=False)) == want
     with pytest.raises(KernelInputError, match="rowquant: x: expected"):
         spec.op(x.float(), debug_checks=False)           # the same sizes, a bad dtype: still named
 
@@ -279,12 +261,12 @@ def test_after_a_hot_miss_the_next_call_asks_its_size_sight_first(how: str) -> N
     table.hot = tuple((plan, tried) for plan, _ in table.hot)
     try:
         with launch_plans.disabled():
-            want = _bytes(fn(**sized_call(spec, 22), debug_checks=False))
-        assert _bytes(fn(**sized_call(spec, 22), debug_checks=False)) == want   # by its size sight
+            want = as_bytes(fn(**sized_call(spec, 22), debug_checks=False))
+        assert as_bytes(fn(**sized_call(spec, 22), debug_checks=False)) == want   # by its size sight
         assert table.missed                              # another plan than the one served before
-        assert _bytes(fn(**sized_call(spec, 22), debug_checks=False)) == want   # the same plan again:
+        assert as_bytes(fn(**sized_call(spec, 22), debug_checks=False)) == want   # the same plan again:
         assert not table.missed                          # the hot guards go first again
-        assert _bytes(fn(**sized_call(spec, 22), debug_checks=False)) == want   # served by hot[0]
+        assert as_bytes(fn(**sized_call(spec, 22), debug_checks=False)) == want   # served by hot[0]
         with pytest.raises(AssertionError, match="hot guard was tried"):
             fn(**sized_call(spec, 24), debug_checks=False)   # a miss of hot[0] tries the others
     finally:
