@@ -7,9 +7,10 @@ changes the compiled code and the launch's structure (each tensor's type, dtype,
 dimensions and which tensors share a storage; each scalar's type and value), and the sizes,
 strides, storage offsets and addresses are symbols.
 
-It is made by running the kernel's own ``__call__`` once on fake tensors whose sizes are symbols
-(torch's ``FakeTensorMode`` over a ``ShapeEnv``; an address is a symbol too, ``data_ptr`` answering
-for the fakes during the trace). Every decision ``__call__`` takes on a size, a stride, an offset or
+It is made by running the kernel's own launch description once (``launch_operands``: what its
+``__call__`` returns, checks included) on fake tensors whose sizes are symbols (torch's
+``FakeTensorMode`` over a ``ShapeEnv``; an address is a symbol too, ``data_ptr`` answering for the
+fakes during the trace). Every decision it takes on a size, a stride, an offset or
 an address (a shape relation of spec §2.10, an alignment rule, ``dispatch``'s buckets, the
 CompileKey's fields) is recorded as a guard over those symbols; what it computes from them (the
 grid's and the kernel's integer arguments, the outputs' shapes, the views it launches with)
@@ -23,7 +24,9 @@ comes out as expressions. From these, one Python function per class region is ge
   checks, in the form the trace found them);
 * allocate the outputs, build the launch arguments from the sizes, run the key's executor.
 
-A class plan is made on a class's second full-path call (the first may be a one-off), outside CUDA
+The op keeps the class plans of each of its call plans (:func:`~dsv4kit.family.plans.first_sight`:
+the path of sizes the op never saw). One is made on a class's second full-path call there (the first
+may be a one-off), outside CUDA
 graph capture, only while no :class:`~dsv4kit.jit.monitor.JitMonitor` is armed (generating code is
 host code generation: after warmup the monitor would report it, so under a monitor a new class keeps
 the full path), and never where a launch plan could not be made either (value checks on, a launch
@@ -96,18 +99,21 @@ def class_key(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ..
 
 
 class ClassTable(dict):  # type: ignore[type-arg]
-    """Class plans by :func:`class_key`: ``[ClassPlan, ...]`` (empty: the class was seen once; None:
-    the trace cannot follow it), and ``hot``: the plans tried first, most recent first. An op keeps
-    one per call plan (:func:`~dsv4kit.family.plans.first_sight`)."""
+    """Class plans by :func:`class_key`: ``[ClassPlan, ...]`` (empty: the class was seen once), and
+    ``hot``: the plans tried first, most recent first; ``failed``: the classes a trace could not
+    follow (their plans made before stay, no trace is tried again). An op keeps one per call plan
+    (:func:`~dsv4kit.family.plans.first_sight`)."""
 
-    __slots__ = ("hot",)
+    __slots__ = ("failed", "hot")
 
     def __init__(self) -> None:
         super().__init__()
         self.hot: tuple[ClassPlan, ...] = ()
+        self.failed: set[tuple[Any, ...]] = set()
 
     def clear(self) -> None:
         self.hot = ()
+        self.failed.clear()
         super().clear()
 
 
@@ -132,25 +138,24 @@ def learn(table: ClassTable, kernel: Any, describe: Callable[..., Any], args: tu
     if not _ON["on"] or active_monitor() is not None or _capturing():
         return
     key = class_key(args, kwargs)
-    if key is None:
+    if key is None or key in table.failed:
         return
-    kept = table.get(key, MISS)
-    if kept is None:
-        return
-    if kept is MISS:  # first sight of the class
+    kept = table.get(key)
+    if kept is None:  # first sight of the class
         if len(table) >= MAX_CLASSES:
             table.clear()
         table[key] = []
         return
+    kept[:] = [p for p in kept if p.valid()]  # a plan whose executor was cleared serves nothing
     if len(kept) >= HOT:
         return  # a class of many regions: the full path keeps the rest
     try:
         plan = trace_class(kernel, describe, args, kwargs)
     except _Unplannable:
-        table[key] = None
+        table.failed.add(key)
         return
     kept.append(plan)
-    table.hot = (plan, *table.hot)[:HOT]
+    table.hot = (plan, *(p for p in table.hot if p.valid()))[:HOT]
 
 
 def _capturing() -> bool:
@@ -168,6 +173,14 @@ class ClassPlan:
     source: str
     fn: Callable[[tuple[Any, ...], Mapping[str, Any]], Any]
     guards: tuple[str, ...]
+    executors: dict[Any, Any]              # its kernel class's executor caches, by target
+    target: Any
+    cache: dict[Any, Any]                  # the target's cache it was made with
+    executor: Callable[..., Any]           # the executor it launches
+
+    def valid(self) -> bool:
+        """Whether its executor is still the one cached for its key (``clear_cache``: not)."""
+        return self.executors.get(self.target) is self.cache and self.cache.get(self.key) is self.executor
 
 
 # --------------------------------------------------------------------------- the trace
@@ -314,9 +327,11 @@ def trace_class(kernel: Any, describe: Callable[..., Any], args: tuple[Any, ...]
                    if g != "True")
     check = TensorGuards(*tensors, dynamic_dims_sizes=[[None] * t.dim() for t in tensors],
                          dynamic_dims_strides=[[None] * t.dim() for t in tensors]).check
-    consts.update(cache=cache, key=key, launch=cache[key], kernel_name=kernel.name, coverage=coverage)
+    consts.update(executors=type(kernel)._executors, target=kernel.target, cache=cache, key=key,
+                  launch=cache[key], kernel_name=kernel.name, coverage=coverage)
     source, fn = _generate(tr, args, kwargs, tensors, guards, body, consts, check)
-    return ClassPlan(kernel.name, key, source, fn, guards)
+    return ClassPlan(kernel.name, key, source, fn, guards, type(kernel)._executors, kernel.target, cache,
+                     cache[key])
 
 
 def _is_fake(t: Any) -> bool:
@@ -465,7 +480,7 @@ def _generate(tr: _Trace, args: tuple[Any, ...], kwargs: Mapping[str, Any], tens
     if guards:
         lines.append("    if not (" + "\n            and ".join(guards) + "):")
         lines.append("        return MISS")
-    lines.append("    if cache.get(key) is not launch:")
+    lines.append("    if executors.get(target) is not cache or cache.get(key) is not launch:")
     lines.append("        return MISS")
     lines.append("    if coverage._ACTIVE:")
     lines.append("        coverage.record_request(kernel_name, key)")

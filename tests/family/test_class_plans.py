@@ -51,7 +51,7 @@ def test_every_op_is_planned_by_class(name: str) -> None:
     warm_class_plans(spec)
     tables = class_tables(spec)
     assert any(t.hot for t in tables), f"{name}: no class plan"
-    assert not any(v is None for t in tables for v in t.values()), f"{name}: a class not traced"
+    assert not any(t.failed for t in tables), f"{name}: a class not traced"
     plan = next(t.hot[0] for t in tables if t.hot)
     assert plan.guards and "launch(" in plan.source
 
@@ -141,3 +141,17 @@ def test_class_plans_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
     assert served.hits == 0
     spec.op(**sized_call(spec, 33), debug_checks=False)
     assert served.hits == 1
+
+
+def test_a_cleared_executor_drops_its_plans() -> None:
+    spec = SPECS["store_rows_plain"]
+    warm_class_plans(spec)
+    call_plan = next(p for p in spec._plans.values() if p.first is not None and p.first.classes.hot)
+    table = call_plan.first.classes
+    old = table.hot[0]
+    assert old.valid()
+    type(call_plan.kernel).clear_cache()           # its executor gone: the plan serves nothing
+    assert not old.valid()
+    for n in (61, 62, 63):                         # new sizes: the full path (compiles again), a new plan
+        spec.op(**sized_call(spec, n), debug_checks=False)
+    assert table.hot and old not in table.hot and all(p.valid() for p in table.hot)
