@@ -119,18 +119,24 @@ def _dispatched(spec: FamilySpec, kernel: Any, values: Mapping[str, Any]) -> Any
 def _run(spec: FamilySpec, kernel: Any, values: dict[str, Any], cpu: Platform) -> tuple[Any, Any, Any]:
     """Run the op, recording the key it requested and the grid it launched (None: not seen)."""
     grids: list[tuple[int, ...]] = []
-    launch_grid = kernel.grid
+    cls = type(kernel)
+    launch_grid, own = cls.grid, "grid" in cls.__dict__
 
-    def recording(key: Any, args: Mapping[str, Any]) -> tuple[int, ...]:
-        grids.append(tuple(launch_grid(key, args)))
+    def recording(self: Any, key: Any, args: Mapping[str, Any]) -> tuple[int, ...]:
+        grids.append(tuple(launch_grid(self, key, args)))
         return grids[-1]
 
-    kernel.grid = recording  # this instance, this call only
+    # on the class, this call only: the executor that launches may be another instance's (executors
+    # are cached per kernel class and target, and closed over the instance that compiled the key)
+    cls.grid = recording
     try:
         with KeyLedger() as ledger:
             result = spec.op(**values, backend="triton", platform=cpu)
     finally:
-        del kernel.grid
+        if own:
+            cls.grid = launch_grid
+        else:
+            del cls.grid
     keys = list(ledger.requested.get(kernel.name, {}))
     return result, keys[0] if keys else None, grids[0] if grids else None
 
