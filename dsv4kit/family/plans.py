@@ -26,7 +26,8 @@ arguments of a C4 compressor on the CPU machine, against 8.5 µs to compute and 
 signature). Where the call's sizes were never seen (no launch plan can exist for it), the plan's
 ``first`` builds the kernel's operand record from the call's values in one pass and runs the
 kernel's full path from it (:func:`first_sight`): no keyword dict, no binding, no plan lookup.
-Every check of the kernel still runs.
+Every check of the kernel still runs, or, once the class has a class plan
+(:mod:`dsv4kit.jit.class_plans`), the guards the trace of those checks recorded.
 
 One step further, :class:`OpLaunch`: when the kernel keeps a launch plan for the call
 (:mod:`dsv4kit.jit.launch_plans`: value checks off), the op call's own *launch* signature (every
@@ -240,8 +241,11 @@ def first_sight(kernel: Any, args: Sequence[Arg], nargs: int, keys: tuple[str, .
     and the keywords ``keys`` in that order (a plan's signature fixes both), its record built from
     the call's values in one pass (scalars normalized, defaults filled in) and handed to
     :func:`~dsv4kit.family.operands.launch_record`: no keyword dict, no binding, no plan lookup. For
-    sizes the op never saw, where no plan can exist. None: the kernel's ``__call__`` is not a
-    :func:`~dsv4kit.family.operands.kernel_call`, or its record has a field the call cannot fill."""
+    sizes the op never saw, where no launch plan can exist; a class plan of the signature class
+    (:mod:`dsv4kit.jit.class_plans`, ``first.classes``: made on the class's second first sight when
+    value checks are off) serves such a call before it, its sizes as symbols. None: the kernel's
+    ``__call__`` is not a :func:`~dsv4kit.family.operands.kernel_call`, or its record has a field
+    the call cannot fill."""
     call = type(kernel).__call__
     record, launch = getattr(call, "record", None), getattr(call, "launch_record", None)
     if record is None or launch is None:
