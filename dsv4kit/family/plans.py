@@ -46,7 +46,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch._C._dynamo.guards import TensorGuards
 
 from dsv4kit.family.schema import Arg, normalize_scalar
 from dsv4kit.jit.class_plans import MISS, ClassTable, learn, serve
@@ -55,6 +54,7 @@ from dsv4kit.jit.launch_plans import (
     LaunchPlan,
     SignatureGuard,
     _tuple_getter,
+    class_check,
     launch_signature,
     plans_of,
 )
@@ -158,8 +158,7 @@ def class_guard(signature: tuple[Any, ...], positional: tuple[Any, ...],
             return None
     try:
         ts = [values[j] for j in tensors]
-        check = TensorGuards(*ts, dynamic_dims_sizes=[[None] * t.dim() for t in ts],
-                             dynamic_dims_strides=[[None] * t.dim() for t in ts]).check
+        check = class_check(ts)
         if not check(*ts):
             return None
     except Exception:  # an unusual tensor: the signature lookup still serves it

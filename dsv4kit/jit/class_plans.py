@@ -38,14 +38,21 @@ plan cannot rebuild) leaves the class unplanned: the full path serves it, as bef
 from __future__ import annotations
 
 import dataclasses
-import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from dsv4kit.jit import coverage
-from dsv4kit.jit.launch_plans import Address, _rebind, _scalar_sig
+from dsv4kit.jit.launch_plans import (
+    Address,
+    _is_tensor_entry,
+    _rebind,
+    _scalar_sig,
+    class_check,
+    launch_signature,
+)
 from dsv4kit.jit.monitor import active_monitor
 
 __all__ = ["HOT", "MAX_CLASSES", "MISS", "ClassPlan", "ClassTable", "class_key", "learn", "serve",
@@ -74,28 +81,12 @@ class _Unplannable(Exception):
     """The trace cannot describe this class; its calls keep the full path."""
 
 
-def class_key(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    """The signature class of a call: positional count; per tensor its name, type, dtype, device,
-    number of dimensions and the index of the first earlier tensor sharing its storage; per scalar
-    its :func:`~dsv4kit.jit.launch_plans.launch_signature` entry. None: not describable."""
-    out: list[Any] = [len(args)]
-    bases: dict[int, int] = {}
-    n = 0
-    for items in (enumerate(args), kwargs.items()):
-        for name, v in items:
-            if isinstance(v, torch.Tensor):
-                try:
-                    share = bases.setdefault(v.data_ptr() - v.storage_offset() * v.itemsize, n)
-                    out.append((name, type(v), v.dtype, v.device, v.dim(), share))
-                except Exception:
-                    return None
-                n += 1
-            else:
-                d = _scalar_sig(v)
-                if d is None:
-                    return None
-                out.append((name, d))
-    return tuple(out)
+def class_key(signature: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The signature class of a :func:`~dsv4kit.jit.launch_plans.launch_signature`: the signature
+    with each tensor's sizes, strides, storage offset and address replaced by its number of
+    dimensions (type, dtype, device and which tensors share a storage stay), scalars as they are."""
+    return (signature[0], *((e[0], e[1], e[2], e[3], len(e[4]), e[8]) if _is_tensor_entry(e) else e
+                            for e in signature[1:]))
 
 
 class ClassTable(dict):  # type: ignore[type-arg]
@@ -137,8 +128,11 @@ def learn(table: ClassTable, kernel: Any, describe: Callable[..., Any], args: tu
     make it hot). Never while a monitor is armed."""
     if not _ON["on"] or active_monitor() is not None or _capturing():
         return
-    key = class_key(args, kwargs)
-    if key is None or key in table.failed:
+    described = launch_signature(args, kwargs)
+    if described is None:
+        return
+    key = class_key(described[0])
+    if key in table.failed:
         return
     kept = table.get(key)
     if kept is None:  # first sight of the class
@@ -150,7 +144,7 @@ def learn(table: ClassTable, kernel: Any, describe: Callable[..., Any], args: tu
     if len(kept) >= HOT:
         return  # a class of many regions: the full path keeps the rest
     try:
-        plan = trace_class(kernel, describe, args, kwargs)
+        plan = trace_class(kernel, describe, args, kwargs, described[1])
     except _Unplannable:
         table.failed.add(key)
         return
@@ -249,18 +243,21 @@ class _Trace:
         self.checks.append(f"{read} == {self.code(v)}")
 
     def code(self, v: Any) -> str:
-        """Python for a symbolic or plain scalar, over the generated code's names."""
+        """Python for a symbolic or plain scalar, over the generated code's names (symbols replaced
+        as the trace's guards allow: ``s3 -> 256`` once ``Eq(s3, 256)`` is a guard)."""
+        e = _sym_expr(v)
+        return repr(v) if e is None else self.render(self.env.replace(e))
+
+    def render(self, e: Any) -> str:
+        """Python for the sympy expression ``e`` over the generated code's names."""
         from torch.utils._sympy.printers import PythonPrinter
 
-        e = _sym_expr(v)
-        if e is None:
-            return repr(v)
-        e = self.env.replace(e)
+        names = {str(s): self.names.get(s) for s in e.free_symbols}
+        missing = [s for s, n in names.items() if n is None]
+        if missing:
+            raise _Unplannable(f"symbols {missing} have no source")
         text = PythonPrinter().doprint(e)
-        for sym in sorted(e.free_symbols, key=lambda s: -len(str(s))):
-            if sym not in self.names:
-                raise _Unplannable(f"symbol {sym} has no source")
-        return _rename(text, {str(s): n for s, n in self.names.items()})
+        return re.sub(r"\b[a-z]\d+\b", lambda m: names.get(m.group(0)) or m.group(0), text)
 
     def data_ptr(self, t: Any) -> Any:
         """A fake's address during the trace: its storage base symbol plus its offset."""
@@ -274,27 +271,15 @@ def _storage_id(t: Any) -> int:
     return t.untyped_storage()._cdata
 
 
-def _rename(text: str, names: Mapping[str, str]) -> str:
-    import re
-
-    return re.sub(r"\b[a-z]\d+\b", lambda m: names.get(m.group(0), m.group(0)), text)
-
-
 def trace_class(kernel: Any, describe: Callable[..., Any], args: tuple[Any, ...],
-                kwargs: Mapping[str, Any]) -> ClassPlan:
+                kwargs: Mapping[str, Any], tensors: list[torch.Tensor]) -> ClassPlan:
     """The class plan of the region of ``(args, kwargs)``'s class this call falls in:
     ``describe(args, kwargs)`` (the call's launch spec, as ``kernel``'s ``__call__`` returns it)
-    traced on fakes of the call's tensors (module docstring).
+    traced on fakes of the call's tensors (``tensors``: in
+    :func:`~dsv4kit.jit.launch_plans.launch_signature` order; module docstring).
     Raises :class:`_Unplannable` where the trace cannot follow the call."""
-    from torch._C._dynamo.guards import TensorGuards
-
-    from dsv4kit.jit.launch_plans import launch_signature
     from dsv4kit.jit.launcher import Immediate, as_launch_spec
 
-    described = launch_signature(args, kwargs)
-    if described is None:
-        raise _Unplannable("a call the signature cannot describe")
-    _, tensors = described
     try:
         tr = _Trace(tensors)
         fake_of = {id(t): f for t, f in zip(tensors, tr.fakes, strict=True)}
@@ -325,8 +310,7 @@ def trace_class(kernel: Any, describe: Callable[..., Any], args: tuple[Any, ...]
         raise _Unplannable(f"{type(exc).__name__}: {exc}") from None
     guards = tuple(g for g in dict.fromkeys([*tr.checks, *(_guard_code(tr, g.expr) for g in tr.env.guards)])
                    if g != "True")
-    check = TensorGuards(*tensors, dynamic_dims_sizes=[[None] * t.dim() for t in tensors],
-                         dynamic_dims_strides=[[None] * t.dim() for t in tensors]).check
+    check = class_check(tensors)
     consts.update(executors=type(kernel)._executors, target=kernel.target, cache=cache, key=key,
                   launch=cache[key], kernel_name=kernel.name, coverage=coverage)
     source, fn = _generate(tr, args, kwargs, tensors, guards, body, consts, check)
@@ -343,15 +327,8 @@ def _is_fake(t: Any) -> bool:
 def _guard_code(tr: _Trace, expr: Any) -> str:
     import sympy
 
-    e = expr  # as recorded: a replacement (``s3 -> 256``) would turn its own guard into True
-    if e == sympy.true:
-        return "True"
-    from torch.utils._sympy.printers import PythonPrinter
-
-    for sym in e.free_symbols:
-        if sym not in tr.names:
-            raise _Unplannable(f"a guard on {sym}, which has no source")
-    return "(" + _rename(PythonPrinter().doprint(e), {str(s): n for s, n in tr.names.items()}) + ")"
+    # as recorded: a replacement (``s3 -> 256``) would turn its own guard into True
+    return "True" if expr == sympy.true else f"({tr.render(expr)})"
 
 
 def _concrete_key(key: Any) -> Any:
@@ -462,7 +439,8 @@ def _generate(tr: _Trace, args: tuple[Any, ...], kwargs: Mapping[str, Any], tens
     at = [j for j, v in enumerate(vals) if isinstance(v, torch.Tensor)]
     scalars = [(j, v) for j, v in enumerate(vals) if not isinstance(v, torch.Tensor)]
     ns: dict[str, Any] = {"MISS": MISS, "check": check, "empty_strided": torch.empty_strided,
-                          "Address": Address, "_rebind": _rebind, "keys": keys, **consts}
+                          "Address": Address, "_rebind": _rebind, "scalar_sig": _scalar_sig, "keys": keys,
+                          **consts}
     lines = ["def class_plan(args, kwargs):",
              f"    if len(args) != {nargs} or {'tuple(kwargs) != keys' if keys else 'kwargs'}:",
              "        return MISS"]
@@ -473,7 +451,7 @@ def _generate(tr: _Trace, args: tuple[Any, ...], kwargs: Mapping[str, Any], tens
     lines.append("        return MISS")
     for n, (j, v) in enumerate(scalars):
         ns[f"v{n}"] = v
-        test = _scalar_test(f"vals[{j}]", f"v{n}", v)
+        test = _scalar_test(f"vals[{j}]", f"v{n}", v, ns)
         lines.append(f"    if not ({test}):")
         lines.append("        return MISS")
     lines += [f"    {ln}" for ln in tr.reads]
@@ -485,20 +463,22 @@ def _generate(tr: _Trace, args: tuple[Any, ...], kwargs: Mapping[str, Any], tens
     lines.append("    if coverage._ACTIVE:")
     lines.append("        coverage.record_request(kernel_name, key)")
     lines += [f"    {ln}" for ln in body]
-    return "\n".join(lines) + "\n", _compile_plan(lines, ns)
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, "<class_plan>", "exec"), ns)  # noqa: S102 - generated from the trace above
+    return source, ns["class_plan"]
 
 
-def _scalar_test(expr: str, name: str, v: Any) -> str:
+def _scalar_test(expr: str, name: str, v: Any, ns: dict[str, Any]) -> str:
+    """A test that the call's scalar ``expr`` is the traced ``v`` (``ns[name]``), as the launch
+    signature tells them apart: singletons by identity; ints, strings and nonzero floats by exact
+    type and value (a nan never passes: the full path decides); anything else (a zero float, whose
+    sign ``==`` cannot see; a tuple) by its signature entry."""
     tp = type(v)
     if v is None or tp is bool or tp is torch.dtype:
         return f"{expr} is {name}"
-    if tp is float and (v == 0.0 or math.isnan(v)):
-        return f"type({expr}) is float and {expr} == {name} and str({expr}) == str({name})"
-    return f"type({expr}) is type({name}) and {expr} == {name}"
+    if tp is int or tp is str or (tp is float and v != 0.0):
+        return f"type({expr}) is type({name}) and {expr} == {name}"
+    ns[f"{name}_sig"] = _scalar_sig(v)
+    return f"scalar_sig({expr}) == {name}_sig"
 
-
-def _compile_plan(lines: list[str], ns: dict[str, Any]) -> Callable[..., Any]:
-    source = "\n".join(lines) + "\n"
-    exec(compile(source, "<class_plan>", "exec"), ns)  # noqa: S102 - generated from the trace above
-    return ns["class_plan"]
 

@@ -56,8 +56,8 @@ from torch._C._dynamo.guards import TensorGuards
 from dsv4kit.jit import coverage
 
 __all__ = ["FIRST", "HOT", "MAX_PLANS", "PLAN", "Address", "LaunchPlan", "PlanTable", "SignatureGuard",
-           "build_plan", "by_identity", "disabled", "enabled", "launch_signature", "plan_safe", "plans_of",
-           "set_enabled", "set_plan_after", "size_sight", "take_sight"]
+           "build_plan", "by_identity", "class_check", "disabled", "enabled", "launch_signature", "plan_safe",
+           "plans_of", "set_enabled", "set_plan_after", "size_sight", "take_sight"]
 
 #: Plans kept per kernel object; the table is cleared when full.
 MAX_PLANS = 256
@@ -384,6 +384,13 @@ class SignatureGuard:
         guard = _make_guard(self, tg.check)
         guard.tensors_pass = tg.check  # type: ignore[attr-defined]
         return guard
+
+
+def class_check(tensors: list[torch.Tensor]) -> Callable[..., bool]:
+    """``check(*tensors)`` of ``TensorGuards`` with every size and stride dynamic: exact type, dtype,
+    device, number of dimensions, ``requires_grad`` and dispatch keys, no size (a signature class's)."""
+    return TensorGuards(*tensors, dynamic_dims_sizes=[[None] * t.dim() for t in tensors],
+                        dynamic_dims_strides=[[None] * t.dim() for t in tensors]).check
 
 
 def _scalar_ok(tp: type, want: Any, sign: Any, v: Any) -> bool:
