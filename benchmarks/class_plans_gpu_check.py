@@ -26,20 +26,15 @@ from dsv4kit.jit import class_plans, launch_plans
 from dsv4kit.kernels import families
 from dsv4kit.platform import current_platform
 from dsv4kit.results import kernel_source_provenance
+from dsv4kit.testing.fast_path import as_bytes
 from dsv4kit.testing.valid_calls import sized_call, twin
-
-
-def _bytes(value: Any) -> list[bytes]:
-    items = value if isinstance(value, tuple) else (value,)
-    return [t.contiguous().view(torch.uint8).cpu().numpy().tobytes()
-            for t in items if isinstance(t, torch.Tensor)]
 
 
 def _written(op: Any, call: dict[str, Any], backend: str) -> list[bytes]:
     copy = {k: (twin(v) if isinstance(v, torch.Tensor) else v) for k, v in call.items()}
     out = op(**copy, backend=backend, debug_checks=False)
     torch.cuda.synchronize()
-    return _bytes(out) + [b for v in copy.values() for b in _bytes(v)]
+    return as_bytes(out) + [b for v in copy.values() for b in as_bytes(v)]
 
 
 def _on_gpu(call: dict[str, Any]) -> dict[str, Any]:

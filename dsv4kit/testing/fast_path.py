@@ -13,9 +13,10 @@ __all__ = ["as_bytes", "class_tables", "op_bytes", "warm_class_plans"]
 
 
 def as_bytes(value: object) -> list[bytes]:
-    """Every tensor in ``value`` (a tensor or a tuple of them) as raw bytes."""
+    """Every tensor in ``value`` (a tensor or a tuple of them, on any device) as raw bytes."""
     items = value if isinstance(value, tuple) else (value,)
-    return [t.contiguous().view(torch.uint8).numpy().tobytes() for t in items if isinstance(t, torch.Tensor)]
+    return [t.contiguous().view(torch.uint8).cpu().numpy().tobytes()
+            for t in items if isinstance(t, torch.Tensor)]
 
 
 def op_bytes(spec: FamilySpec, n: int, plans: bool) -> list[bytes]:
